@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# A real local control plane and OCI registry on loopback, for development, the demo and the tests.
+#
+#   deploy/local/cluster.sh up       install what is missing, build the pinned binaries, start everything
+#   deploy/local/cluster.sh down     stop the processes this script started (by pid), keep their data
+#   deploy/local/cluster.sh status   show what runs and whether the API server is ready
+#   deploy/local/cluster.sh reset    down, then delete the cluster's data
+#
+# The control plane is etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from
+# the Go module proxy at the versions pinned in deploy/local/tools/*/go.mod, plus kwok, which plays
+# the kubelet for three fake nodes so that Pods become Running and Ready. PersistentVolumeClaims
+# bind through the controller-manager's hostPath provisioner (default StorageClass "standard").
+# The registry is Debian's docker-registry with its own config and storage.
+#
+# Everything listens on 127.0.0.1 only. State (kubeconfig, env file, pids, logs, data) lives under
+# target/local/ in the checkout; build caches and binaries live under $WASMOP_CACHE
+# (default ~/.cache/wasmop) so that fresh clones and CI reuse them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TOOLS="$ROOT/deploy/local/tools"
+STATE="${WASMOP_LOCAL_STATE:-$ROOT/target/local}"
+CACHE="${WASMOP_CACHE:-$HOME/.cache/wasmop}"
+
+ETCD_PORT="${WASMOP_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${WASMOP_ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${WASMOP_APISERVER_PORT:-16443}"
+REGISTRY_PORT="${WASMOP_REGISTRY_PORT:-15000}"
+NODES="${WASMOP_NODES:-3}"
+
+K8S_VERSION="v1.36.3"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok registry)
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+export GOCACHE="${GOCACHE:-$CACHE/go-build}"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+# ---------------------------------------------------------------------------------------------
+# install and build
+
+ensure_packages() {
+  local missing=()
+  command -v docker-registry >/dev/null || [[ -x /usr/bin/docker-registry ]] || missing+=(docker-registry)
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # Debian's golang-go is too old for these modules; the machine's own Go must do.
+  command -v go >/dev/null || die "go is not installed; Go >= 1.26 is needed to build the control plane"
+}
+
+# The directory holding one tool module's binaries, named by a hash of everything that decides
+# them, so a change of pin or flags builds afresh and an unchanged one is reused.
+bin_dir() {
+  local module="$1" stamp
+  stamp="$( (cat "$TOOLS/$module/go.mod" "$TOOLS/$module/go.sum"; go version; echo "$2") | sha256sum | cut -c1-16)"
+  echo "$CACHE/bin/$module-$stamp"
+}
+
+# build_module MODULE LDFLAGS OUTPUT=PACKAGE... builds each PACKAGE of the wrapper module MODULE
+# into a binary named OUTPUT, once per pin.
+build_module() {
+  local module="$1" ldflags="$2"; shift 2
+  local dir; dir="$(bin_dir "$module" "$ldflags $*")"
+  local spec missing=0
+  for spec in "$@"; do [[ -x "$dir/${spec%%=*}" ]] || missing=1; done
+  if ((missing)); then
+    log "building $module into $dir (a cold build takes minutes)"
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    for spec in "$@"; do
+      (cd "$TOOLS/$module" && go build -trimpath -ldflags "$ldflags" -o "$dir.tmp/${spec%%=*}" "${spec#*=}") ||
+        die "building ${spec#*=} from $TOOLS/$module failed"
+    done
+    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir"
+}
+
+build_binaries() {
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local v="k8s.io/component-base/version"
+  local k8s_ld="-s -w -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+  k8s_ld+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  local k=k8s.io/kubernetes/cmd
+  K8S_BIN="$(build_module kubernetes "$k8s_ld" kube-apiserver=$k/kube-apiserver \
+    kube-controller-manager=$k/kube-controller-manager kube-scheduler=$k/kube-scheduler kubectl=$k/kubectl)"
+  ETCD_BIN="$(build_module etcd "-s -w" etcd=go.etcd.io/etcd/server/v3)"
+  KWOK_BIN="$(build_module kwok "-s -w" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# certificates and kubeconfig
+
+gen_pki() {
+  local pki="$STATE/pki"
+  [[ -f "$pki/admin.crt" ]] && return
+  log "generating certificates in $pki"
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=wasmop-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    cat >apiserver.ext <<EOF
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth
+EOF
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=wasmop-local-admin" \
+      -keyout admin.key -out admin.csr 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    rm -f ./*.csr ./*.ext
+  )
+}
+
+write_kubeconfig() {
+  local pki="$STATE/pki"
+  cat >"$STATE/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: wasmop-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $pki/ca.crt
+users:
+- name: wasmop-local-admin
+  user:
+    client-certificate: $pki/admin.crt
+    client-key: $pki/admin.key
+contexts:
+- name: wasmop-local
+  context: {cluster: wasmop-local, user: wasmop-local-admin}
+current-context: wasmop-local
+EOF
+  cat >"$STATE/env" <<EOF
+# Written by deploy/local/cluster.sh; source it to talk to the local cluster and registry.
+export KUBECONFIG=$STATE/kubeconfig
+export WASMOP_REGISTRY=127.0.0.1:$REGISTRY_PORT
+export WASMOP_KUBECTL=$K8S_BIN/kubectl
+export PATH=$K8S_BIN:\$PATH
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# processes
+
+pidfile() { echo "$STATE/pids/$1.pid"; }
+
+# A pid counts as ours only while it still runs the binary we started, so a recycled pid is
+# never signalled.
+running() {
+  local pf; pf="$(pidfile "$1")"
+  [[ -f "$pf" ]] || return 1
+  local pid exe; read -r pid exe <"$pf"
+  [[ -n "$pid" && -d "/proc/$pid" ]] || return 1
+  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$exe" ]]
+}
+
+start() {
+  local name="$1" exe="$2"; shift 2
+  if running "$name"; then return; fi
+  mkdir -p "$STATE/pids" "$STATE/logs"
+  log "starting $name"
+  setsid "$exe" "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+  echo "$! $(readlink -f "$exe")" >"$(pidfile "$name")"
+}
+
+wait_for() {
+  local what="$1" timeout="$2"; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "$what not ready after ${timeout}s; see $STATE/logs/"
+    sleep 0.2
+  done
+}
+
+kubectl_local() { "$K8S_BIN/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+start_etcd() {
+  start etcd "$ETCD_BIN/etcd" --name local --data-dir "$STATE/data/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
+    --unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+start_apiserver() {
+  local pki="$STATE/pki"
+  # The endpoint reconciler would try to publish 127.0.0.1 as the "kubernetes" Service endpoint,
+  # which the API rejects as loopback; nothing in this cluster reaches the API through it.
+  start kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --secure-port "$APISERVER_PORT" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" --service-account-key-file "$pki/sa.pub" \
+    --service-account-signing-key-file "$pki/sa.key" --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC --allow-privileged \
+    --endpoint-reconciler-type none --enable-priority-and-fairness=false --profiling=false
+  wait_for kube-apiserver 60 curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz"
+}
+
+start_controllers() {
+  local pki="$STATE/pki"
+  start kube-controller-manager "$K8S_BIN/kube-controller-manager" --kubeconfig "$STATE/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --use-service-account-credentials=false \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --enable-hostpath-provisioner --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller' \
+    --concurrent-statefulset-syncs 10 --profiling=false
+  start kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig "$STATE/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --profiling=false
+  start kwok "$KWOK_BIN/kwok" --kubeconfig "$STATE/kubeconfig" --config "$ROOT/deploy/local/kwok-stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-label-selector type=kwok \
+    --cidr 10.244.0.0/16 --node-ip 10.0.0.1 --server-address 127.0.0.1:0
+}
+
+ensure_cluster_objects() {
+  local i nodes=""
+  for ((i = 0; i < NODES; i++)); do
+    nodes+="
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  labels: {type: kwok, kubernetes.io/hostname: kwok-node-$i, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+  annotations: {node.alpha.kubernetes.io/ttl: '0', kwok.x-k8s.io/node: fake}
+status:
+  allocatable: {cpu: '32', memory: 256Gi, pods: '110'}
+  capacity: {cpu: '32', memory: 256Gi, pods: '110'}"
+  done
+  kubectl_local apply --server-side --field-manager wasmop-local -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+$nodes
+EOF
+  wait_for "$NODES Ready nodes" 60 bash -c \
+    "[[ \$('$K8S_BIN/kubectl' --kubeconfig '$STATE/kubeconfig' get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}' | grep -c True) -ge $NODES ]]"
+}
+
+start_registry() {
+  mkdir -p "$STATE/data/registry"
+  cat >"$STATE/registry.yml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $STATE/data/registry}
+  delete: {enabled: true}
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+  headers: {X-Content-Type-Options: [nosniff]}
+EOF
+  start registry /usr/bin/docker-registry serve "$STATE/registry.yml"
+  wait_for registry 30 curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/"
+}
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+cmd_up() {
+  local t0=$SECONDS
+  ensure_packages
+  build_binaries
+  mkdir -p "$STATE"
+  gen_pki
+  write_kubeconfig
+  start_registry
+  start_etcd
+  start_apiserver
+  start_controllers
+  ensure_cluster_objects
+  log "up in $((SECONDS - t0))s: API https://127.0.0.1:$APISERVER_PORT, registry 127.0.0.1:$REGISTRY_PORT"
+  log "source $STATE/env to use them"
+}
+
+cmd_down() {
+  local name i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    name="${COMPONENTS[i]}"
+    if running "$name"; then
+      local pid; read -r pid _ <"$(pidfile "$name")"
+      log "stopping $name (pid $pid)"
+      kill "$pid" 2>/dev/null || true
+      local deadline=$((SECONDS + 15))
+      while running "$name" && ((SECONDS < deadline)); do sleep 0.1; done
+      running "$name" && kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$(pidfile "$name")"
+  done
+}
+
+cmd_status() {
+  local name ok=0
+  for name in "${COMPONENTS[@]}"; do
+    if running "$name"; then
+      printf '%-24s running (pid %s)\n' "$name" "$(cut -d' ' -f1 <"$(pidfile "$name")")"
+    else
+      printf '%-24s stopped\n' "$name"; ok=1
+    fi
+  done
+  if [[ -f "$STATE/pki/admin.crt" ]] && curl -fsS --cacert "$STATE/pki/ca.crt" --cert "$STATE/pki/admin.crt" \
+    --key "$STATE/pki/admin.key" "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+    echo "kube-apiserver ready at https://127.0.0.1:$APISERVER_PORT"
+  else
+    echo "kube-apiserver not ready"; ok=1
+  fi
+  return $ok
+}
+
+case "${1:-}" in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+reset) cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
+*) echo "usage: $0 up|down|status|reset" >&2; exit 2 ;;
+esac

@@ -1,0 +1,166 @@
+//! The `App` custom resource (`apps.wasmop.dev/v1alpha1`): one instance of a service, the plugin
+//! that knows how to run it, and the status the host reports back.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired state of an App.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "wasmop.dev",
+    version = "v1alpha1",
+    kind = "App",
+    namespaced,
+    status = "AppStatus",
+    shortname = "wapp",
+    category = "wasmop",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.plugin.shortDigest"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AppSpec {
+    /// Where the plugin that runs this App comes from.
+    pub plugin: PluginSource,
+    /// The desired version of the service; the plugin's upgrade gate decides when it rolls out.
+    pub version: String,
+    /// Service configuration, handed to the plugin as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub config: Option<serde_json::Value>,
+    /// Per-call limits for this App's plugin calls, clamped by the host's maxima.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PluginLimits>,
+}
+
+/// Exactly one source of a plugin.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.image), has(self.configMap), has(self.file)].filter(x, x).size() == 1",
+    "message": "set exactly one of spec.plugin.image, spec.plugin.configMap or spec.plugin.file"
+}]))]
+pub struct PluginSource {
+    /// OCI reference of a Wasm artifact, by tag (polled) or by digest (immutable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A ConfigMap in the App's namespace holding the component in `binaryData`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapPluginSource>,
+    /// A path on the host's filesystem; only honoured when the host runs with file sources
+    /// enabled (development).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// A plugin stored in a ConfigMap.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConfigMapPluginSource {
+    /// Name of the ConfigMap, in the App's namespace.
+    pub name: String,
+    /// Key in `binaryData` that holds the component.
+    pub key: String,
+}
+
+/// Per-call limits for an App's plugin.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginLimits {
+    /// Deadline of one plugin call, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    /// Memory cap of one plugin instance, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+}
+
+/// Observed state of an App, written only by the host.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// One word summary: Pending, Progressing, Ready, Degraded, Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The service version that is rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The plugin version currently serving this App.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginStatus>,
+    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Which plugin serves an App.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The source reference as written in the spec.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// Content digest of the loaded component (`sha256:...`).
+    pub digest: String,
+    /// The first 12 hex digits of the digest, for printer columns.
+    pub short_digest: String,
+    /// Capabilities the component exports.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// When this digest was loaded (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_at: Option<String>,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// The CRDs the host owns, as a multi-document YAML stream.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(&App::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_has_status_subresource_and_columns() {
+        let crd = App::crd();
+        let version = &crd.spec.versions[0];
+        assert_eq!(crd.spec.group, "wasmop.dev");
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(columns, ["Ready", "Version", "Plugin", "Age"]);
+    }
+
+    #[test]
+    fn plugin_source_carries_exactly_one_rule() {
+        let yaml = crd_yaml().expect("CRD serialises");
+        assert!(yaml.contains("x-kubernetes-validations"), "{yaml}");
+        assert!(
+            yaml.contains("x-kubernetes-preserve-unknown-fields: true"),
+            "{yaml}"
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! The host's HTTP endpoints: `/healthz` (the process serves), `/readyz` (start-up finished and
+//! caches are synced) and `/metrics` (Prometheus text format).
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use prometheus_client::{encoding::text::encode, registry::Registry};
+use tokio::net::TcpListener;
+
+/// Shared state behind the probe endpoints.
+#[derive(Clone)]
+pub struct Probes {
+    ready: Arc<AtomicBool>,
+    registry: Arc<Registry>,
+}
+
+impl Probes {
+    /// Probes that report not-ready until [`Probes::set_ready`] is called.
+    pub fn new(registry: Registry) -> Self {
+        Self {
+            ready: Arc::new(AtomicBool::new(false)),
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Flips `/readyz`; the host calls it once start-up has finished, and with `false` when it
+    /// starts shutting down so that load balancers stop sending it work.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Binds `addr` and returns the bound address and the server future.
+    pub async fn bind(
+        self,
+        addr: SocketAddr,
+    ) -> std::io::Result<(SocketAddr, impl Future<Output = std::io::Result<()>>)> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let router = Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .with_state(self);
+        Ok((local, async move { axum::serve(listener, router).await }))
+    }
+}
+
+async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
+    if probes.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(probes): State<Probes>) -> impl IntoResponse {
+    let mut body = String::new();
+    match encode(&mut body, &probes.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("encoding metrics: {err}\n"),
+        ),
+    }
+}

@@ -1,0 +1,164 @@
+//! Shared test harness: finds the local cluster and registry, makes throw-away namespaces, waits
+//! on conditions with deadlines (never blind sleeps), and runs the `wasmop` binary.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    path::{Path, PathBuf},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, Config,
+    api::{DeleteParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// The environment `deploy/local/cluster.sh` describes in `target/local/env`.
+pub struct Local {
+    /// Path of the kubeconfig for the local cluster.
+    pub kubeconfig: PathBuf,
+    /// `host:port` of the local OCI registry.
+    pub registry: String,
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+impl Local {
+    /// Reads the env file of the local cluster; variables already set in the environment win.
+    pub fn discover() -> anyhow::Result<Self> {
+        let env_file = std::env::var_os("WASMOP_LOCAL_STATE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target/local"))
+            .join("env");
+        let text = std::fs::read_to_string(&env_file).with_context(|| {
+            format!(
+                "reading {}: start the local cluster with deploy/local/cluster.sh up",
+                env_file.display()
+            )
+        })?;
+        let file: HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("export "))
+            .filter_map(|line| line.split_once('='))
+            .collect();
+        let var = |name: &str| -> anyhow::Result<String> {
+            std::env::var(name)
+                .ok()
+                .or_else(|| file.get(name).map(|v| v.to_string()))
+                .with_context(|| format!("{name} is neither set nor in {}", env_file.display()))
+        };
+        Ok(Self {
+            kubeconfig: PathBuf::from(var("KUBECONFIG")?),
+            registry: var("WASMOP_REGISTRY")?,
+        })
+    }
+
+    /// A client for the local cluster, from its kubeconfig (not whatever the shell points at).
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("building a client config from the local kubeconfig")?;
+        Client::try_from(config).context("building a client for the local cluster")
+    }
+}
+
+/// A name unique to this test run, lower-case and DNS-safe.
+pub fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{:x}{:05x}",
+        std::process::id() & 0xfff,
+        nanos & 0xfffff
+    )
+}
+
+/// A namespace created for one test and deleted by [`TestNamespace::delete`] when it passes, so
+/// that a failed test leaves its objects behind to look at.
+pub struct TestNamespace {
+    /// The namespace's name.
+    pub name: String,
+    api: Api<Namespace>,
+}
+
+impl TestNamespace {
+    /// Creates a fresh namespace named after `prefix`.
+    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
+        let api: Api<Namespace> = Api::all(client.clone());
+        let name = unique(prefix);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"wasmop.dev/e2e": "true"}}
+        }))?;
+        api.create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(Self { name, api })
+    }
+
+    /// Deletes the namespace (in the background; the test need not wait for finalization).
+    pub async fn delete(self) -> anyhow::Result<()> {
+        self.api
+            .delete(&self.name, &DeleteParams::background())
+            .await
+            .with_context(|| format!("deleting namespace {}", self.name))?;
+        Ok(())
+    }
+}
+
+/// Polls `probe` until it yields `Some`, failing with `what` and the last observation after
+/// `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last;
+    loop {
+        match probe().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => last = "condition not met".into(),
+            Err(err) => last = format!("{err:#}"),
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}; last: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `wasmop` binary of this build: `tests/run.sh` builds it before the tests, next to the
+/// test binary's `deps/` directory.
+pub fn wasmop_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("WASMOP_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("locating the test binary")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("the test binary is not in a cargo target directory")?;
+    let bin = profile_dir.join("wasmop");
+    if !bin.is_file() {
+        bail!(
+            "{} is missing: build it with `cargo build -p wasmop-host` first",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}

@@ -1,0 +1,61 @@
+//! The `wasmop` binary connects to the local cluster, installs its CRD, serves its probes and
+//! shuts down cleanly on SIGTERM.
+
+use std::{process::Stdio, time::Duration};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+
+use crate::harness::{Local, free_port, wait_for, wasmop_binary};
+
+#[tokio::test]
+async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let port = free_port()?;
+    let mut host = tokio::process::Command::new(wasmop_binary()?)
+        .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &local.kubeconfig)
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let url = format!("{base}{path}");
+        wait_for(
+            &format!("{url} to answer 200"),
+            Duration::from_secs(30),
+            || async {
+                let response = http.get(&url).send().await?;
+                Ok(response.status().is_success().then_some(()))
+            },
+        )
+        .await?;
+    }
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let crd = crds.get("apps.wasmop.dev").await?;
+    let established = crd
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established, "CRD apps.wasmop.dev is not Established");
+
+    let pid = host
+        .id()
+        .ok_or_else(|| anyhow::anyhow!("the host exited early"))?;
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), host.wait()).await??;
+    assert!(
+        status.success(),
+        "wasmop exited with {status} after SIGTERM"
+    );
+    Ok(())
+}

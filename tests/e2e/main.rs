@@ -1,0 +1,12 @@
+//! End-to-end tests against the real local control plane and OCI registry that
+//! `deploy/local/cluster.sh up` starts. `tests/run.sh` starts them; run by hand with
+//! `deploy/local/cluster.sh up && cargo test -p wasmop-e2e`.
+//!
+//! All end-to-end tests link into this one binary (as wasmtime's `tests/all` does) so they share
+//! the harness and one build.
+
+mod harness;
+
+mod cluster;
+mod host;
+mod registry;

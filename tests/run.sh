@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test wasmop has: formatting, clippy (warnings are errors), unit tests, the plugin
+# builds for wasm32-wasip2, and the end-to-end tests against the real local cluster and registry.
+#
+#   tests/run.sh            everything
+#   tests/run.sh e2e        only the end-to-end tests (cluster must be startable)
+#
+# Build caches live outside the checkout (see deploy/local/env.sh) so that fresh clones reuse them.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+source deploy/local/env.sh
+
+step() { printf '\n==> %s\n' "$*"; }
+only="${1:-all}"
+
+if [[ "$only" == all ]]; then
+  step "toolchain"
+  rustup show active-toolchain
+  rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+
+  step "cargo clippy --all-targets -D warnings"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+
+  step "unit tests"
+  cargo test --workspace --locked --exclude wasmop-e2e
+
+  step "plugins for wasm32-wasip2"
+  plugins/build.sh
+fi
+
+step "local cluster and registry"
+# Leave a cluster that was already running as it was; stop one this run started.
+if ! deploy/local/cluster.sh status >/dev/null 2>&1; then
+  trap 'deploy/local/cluster.sh down' EXIT
+fi
+deploy/local/cluster.sh up
+
+step "end-to-end tests"
+cargo build --locked -p wasmop-host
+cargo test --locked -p wasmop-e2e -- --test-threads 4
