@@ -93,9 +93,44 @@ pub struct AppStatus {
     /// The plugin version currently serving this App.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<PluginStatus>,
-    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated.
+    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated, and
+    /// the plugin's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The most recent backup the host started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupStatus>,
+    /// The version step in flight, while `spec.version` differs from `status.version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+/// A backup the host started.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// The schedule slot it ran for.
+    pub slot: String,
+    /// The Job that runs it.
+    pub job: String,
+    /// Whether the Job completed successfully.
+    #[serde(default)]
+    pub completed: bool,
+}
+
+/// A version step and what the plugin's gate said about it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The rolled-out version.
+    pub from: String,
+    /// The desired version.
+    pub to: String,
+    /// `Allowed` (rolling out), `Waiting` or `Denied`.
+    pub state: String,
+    /// The gate's reason for waiting or denying.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// Which plugin serves an App.

@@ -1,6 +1,6 @@
 //! Command-line interface of the `wasmop` binary.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -20,6 +20,32 @@ pub enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions the host owns, as YAML.
     Crds,
+    /// Work with plugin components: inspect, push.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `wasmop plugin ...`
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Show a component's name, version, capabilities, world version, size and digest.
+    Inspect {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Push a component to an OCI registry as a Wasm artifact; prints the digest reference.
+    Push {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// Where to push, e.g. `127.0.0.1:15000/plugins/kvstore:1.0`.
+        reference: String,
+        /// Allow plain HTTP to this registry even if it is not on loopback.
+        #[arg(long)]
+        insecure: bool,
+    },
 }
 
 /// Options of `wasmop run`.
@@ -32,6 +58,53 @@ pub struct RunArgs {
     /// Log format on stderr.
     #[arg(long, env = "WASMOP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Directory of the on-disk plugin cache (component bytes, compiled artifacts, resolved
+    /// tags); the default is `$XDG_CACHE_HOME/wasmop/plugins` or `~/.cache/wasmop/plugins`.
+    #[arg(long, env = "WASMOP_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// How often OCI tag references are checked for a new digest.
+    #[arg(long, env = "WASMOP_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// A registry (`host[:port]`) that may be reached over plain HTTP; loopback registries
+    /// always may. Repeatable.
+    #[arg(
+        long = "insecure-registry",
+        env = "WASMOP_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub insecure_registries: Vec<String>,
+
+    /// A docker `config.json` with registry credentials (mount a dockerconfigjson pull secret).
+    #[arg(long, env = "WASMOP_REGISTRY_CONFIG")]
+    pub registry_config: Option<PathBuf>,
+
+    /// Honour `spec.plugin.file` (development only: it reads the host's filesystem).
+    #[arg(long)]
+    pub allow_file_sources: bool,
+
+    /// Watch only this namespace (repeatable); without it the host watches the whole cluster.
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        env = "WASMOP_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+
+    /// Reconciles running at once (per watched namespace).
+    #[arg(long, env = "WASMOP_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: u16,
+
+    /// Take a Lease before reconciling, so that only one of several replicas acts.
+    #[arg(long)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease (default: the Pod's namespace, else `default`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
 
     /// Do not create or update the CRDs at start-up (for clusters where they are installed
     /// separately and the host lacks the permission).
@@ -46,4 +119,39 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log pipelines.
     Json,
+}
+
+/// Parses `250ms`, `10s`, `5m` or a plain number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 10s or 5m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(value)),
+        "s" => Ok(Duration::from_secs(value)),
+        "m" => Ok(Duration::from_secs(value * 60)),
+        _ => Err(format!(
+            "{text:?} has unknown unit {unit:?}; use ms, s or m"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("10h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("fast").is_err());
+    }
 }

@@ -6,7 +6,12 @@
 
 pub mod app;
 pub mod cli;
+pub mod controller;
 pub mod crd_install;
+pub mod leader;
+pub mod plugin;
+pub mod plugin_cli;
 pub mod probes;
+pub mod reconcile;
 pub mod run;
 pub mod telemetry;

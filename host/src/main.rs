@@ -11,6 +11,7 @@ async fn main() -> anyhow::Result<()> {
             wasmop_host::telemetry::init(args.log_format)?;
             wasmop_host::run::run(args).await
         }
+        Command::Plugin(command) => wasmop_host::plugin_cli::run(command).await,
         Command::Crds => {
             print!("{}", wasmop_host::app::crd_yaml()?);
             Ok(())

@@ -1,5 +1,6 @@
 //! The host's HTTP endpoints: `/healthz` (the process serves), `/readyz` (start-up finished and
-//! caches are synced) and `/metrics` (Prometheus text format).
+//! caches are synced), `/metrics` (Prometheus text format) and `/debug/plugins` (what is loaded
+//! behind each plugin source, and why the last attempt to change it failed).
 
 use std::{
     net::SocketAddr,
@@ -13,25 +14,29 @@ use axum::{
     Router,
     extract::State,
     http::{StatusCode, header},
-    response::IntoResponse,
+    response::{IntoResponse, Json},
     routing::get,
 };
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::net::TcpListener;
+
+use crate::plugin::registry::PluginRegistry;
 
 /// Shared state behind the probe endpoints.
 #[derive(Clone)]
 pub struct Probes {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
+    plugins: Option<Arc<PluginRegistry>>,
 }
 
 impl Probes {
     /// Probes that report not-ready until [`Probes::set_ready`] is called.
-    pub fn new(registry: Registry) -> Self {
+    pub fn new(registry: Registry, plugins: Option<Arc<PluginRegistry>>) -> Self {
         Self {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
+            plugins,
         }
     }
 
@@ -52,6 +57,7 @@ impl Probes {
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
+            .route("/debug/plugins", get(debug_plugins))
             .with_state(self);
         Ok((local, async move { axum::serve(listener, router).await }))
     }
@@ -82,4 +88,32 @@ async fn metrics(State(probes): State<Probes>) -> impl IntoResponse {
             format!("encoding metrics: {err}\n"),
         ),
     }
+}
+
+async fn debug_plugins(State(probes): State<Probes>) -> Json<serde_json::Value> {
+    let Some(plugins) = &probes.plugins else {
+        return Json(serde_json::json!([]));
+    };
+    let entries: Vec<serde_json::Value> = plugins
+        .snapshot()
+        .into_iter()
+        .map(|(source, state)| {
+            let current = state.current.map(|loaded| {
+                let c = &loaded.compiled;
+                serde_json::json!({
+                    "digest": c.digest.as_str(),
+                    "name": c.metadata.name,
+                    "version": c.metadata.version,
+                    "capabilities": c.capabilities.iter().map(|c| c.interface()).collect::<Vec<_>>(),
+                    "size": c.size,
+                    "loadedAt": loaded.loaded_at.to_rfc3339(),
+                    "compileMs": c.compile_time.as_secs_f64() * 1000.0,
+                    "fromCache": c.from_cache,
+                })
+            });
+            let last_error = state.last_error.map(|e| serde_json::json!({"reason": e.reason(), "message": e.to_string()}));
+            serde_json::json!({"source": source.to_string(), "current": current, "lastError": last_error})
+        })
+        .collect();
+    Json(serde_json::Value::Array(entries))
 }

@@ -1,11 +1,63 @@
 //! `wasmop run`: connect to the cluster, install the CRDs, serve probes, run until signalled.
 
+use std::{path::PathBuf, sync::Arc};
+
 use anyhow::Context;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tracing::info;
 
-use crate::{cli::RunArgs, crd_install, probes::Probes};
+use crate::{
+    cli::RunArgs,
+    controller, crd_install,
+    leader::LeaderElector,
+    plugin::{
+        cache::Cache, engine::PluginEngine, metrics::PluginMetrics, registry::PluginRegistry,
+        source::oci::OciSource, watch::SourceWatcher,
+    },
+    probes::Probes,
+};
+
+/// The plugin side of the host: engine, cache, loaded-plugin registry, source watcher.
+pub struct PluginRuntime {
+    /// Loaded plugins by source.
+    pub registry: Arc<PluginRegistry>,
+    /// Follows the sources in use.
+    pub watcher: Arc<SourceWatcher>,
+}
+
+impl PluginRuntime {
+    /// Builds the runtime from the command line and registers its metrics.
+    pub fn start(args: &RunArgs, client: &Client, metrics: &mut Registry) -> anyhow::Result<Self> {
+        let engine = PluginEngine::new()
+            .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
+        let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        let cache = Cache::open(&dir)
+            .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
+        info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
+        let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));
+        let oci = OciSource::new(
+            args.registry_config.as_deref(),
+            args.insecure_registries.clone(),
+        )?;
+        let watcher = SourceWatcher::new(
+            registry.clone(),
+            Arc::new(oci),
+            Some(client.clone()),
+            args.poll_interval,
+            args.allow_file_sources,
+        );
+        Ok(Self { registry, watcher })
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("wasmop/plugins")
+}
 
 /// Runs the host until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -25,21 +77,88 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         info!("CRDs established");
     }
 
-    let registry = Registry::with_prefix("wasmop");
-    let probes = Probes::new(registry);
+    let mut registry = Registry::with_prefix("wasmop");
+    let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
+    let probes = Probes::new(registry, Some(runtime.registry.clone()));
     let (addr, server) = probes
         .clone()
         .bind(args.listen)
         .await
         .with_context(|| format!("binding the probe server to {}", args.listen))?;
-    info!(%addr, "serving /healthz, /readyz and /metrics");
+    info!(%addr, "serving /healthz, /readyz, /metrics and /debug/plugins");
     let server = tokio::spawn(server);
-    probes.set_ready(true);
 
-    shutdown_signal().await?;
-    info!("shutting down");
+    // One signal ends everything: the controllers stop taking work and finish what is in flight.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let signals = {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            if let Err(err) = shutdown_signal().await {
+                tracing::error!(error = %err, "signal handling");
+            }
+            info!("shutting down: finishing in-flight reconciles");
+            let _ = stop_tx.send(true);
+        })
+    };
+
+    if args.leader_elect {
+        let identity =
+            std::env::var("POD_NAME").unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let elector = LeaderElector::new(client.clone(), &namespace, "wasmop-leader", &identity);
+        info!(%namespace, %identity, "waiting for the leader lease");
+        let mut leading = tokio::select! {
+            leading = elector.acquire() => leading,
+            () = stopped(stop_rx.clone()) => { server.abort(); return Ok(()); }
+        };
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            let _ = leading.wait_for(|leading| !*leading).await;
+            tracing::error!("lost leadership; stopping");
+            let _ = stop_tx.send(true);
+        });
+    }
+
+    let namespaces: Vec<Option<String>> = if args.namespaces.is_empty() {
+        vec![None]
+    } else {
+        args.namespaces.iter().cloned().map(Some).collect()
+    };
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
+    let controllers = namespaces.into_iter().map(|namespace| {
+        let (probes, pending) = (probes.clone(), pending.clone());
+        let ready = move || {
+            if pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                probes.set_ready(true);
+            }
+        };
+        info!(
+            namespace = namespace.as_deref().unwrap_or("<all>"),
+            "starting the App controller"
+        );
+        let settings = controller::Settings {
+            namespace,
+            concurrency: args.concurrency,
+        };
+        controller::run(
+            client.clone(),
+            &runtime,
+            settings,
+            ready,
+            stopped(stop_rx.clone()),
+        )
+    });
+    futures::future::join_all(controllers).await;
     probes.set_ready(false);
+    signals.abort();
     server.abort();
+    info!("stopped");
     Ok(())
 }
 

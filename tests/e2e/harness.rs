@@ -162,3 +162,22 @@ pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
+
+/// A component built by `tests/run.sh` into `$CARGO_TARGET_DIR/wasm32-wasip2/release/`.
+pub fn component(file: &str) -> anyhow::Result<Vec<u8>> {
+    let dir = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_exe()?
+            .ancestors()
+            .nth(3)
+            .context("the test binary is not in a cargo target directory")?
+            .to_path_buf(),
+    };
+    let path = dir.join("wasm32-wasip2/release").join(file);
+    std::fs::read(&path).with_context(|| {
+        format!(
+            "reading {}: build the plugins with plugins/build.sh",
+            path.display()
+        )
+    })
+}

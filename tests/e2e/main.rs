@@ -9,4 +9,5 @@ mod harness;
 
 mod cluster;
 mod host;
+mod plugin_sources;
 mod registry;

@@ -1,0 +1,217 @@
+//! Benchmark of the plugin runtime: call latency (p50/p99) per capability with kvstore on a
+//! ~10 KB App and 10 owned objects, including the JSON both ways, and cold compile against a
+//! load from the on-disk cache.
+//!
+//! ```sh
+//! plugins/build.sh   # builds kvstore.wasm
+//! cargo run --release -p wasmop-host --example plugin_bench [-- PATH/TO/kvstore.wasm [CALLS]]
+//! ```
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use wasmop_host::plugin::{
+    CallError, Digest, cache::Cache, call::AppContext, compile::CompiledPlugin,
+    engine::PluginEngine, limits::CallLimits, sandbox::CallTags,
+};
+
+const NOW_MS: i64 = 1_764_633_600_000;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let path = args
+        .next()
+        .map(PathBuf::from)
+        .unwrap_or_else(default_component);
+    let calls: usize = args
+        .next()
+        .map(|n| n.parse())
+        .transpose()
+        .context("CALLS must be a number")?
+        .unwrap_or(2000);
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let digest = Digest::of(&bytes);
+    let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+
+    // Cold compile (no cache), then a cache fill and cached loads.
+    let cold = time_n(3, || {
+        CompiledPlugin::prepare(&engine, None, "kvstore", &bytes, digest.clone()).map(drop)
+    })?;
+    let dir = std::env::temp_dir().join(format!("wasmop-bench-{}", std::process::id()));
+    let cache = Cache::open(&dir)?;
+    CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())?;
+    let cached = time_n(10, || {
+        let plugin =
+            CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())?;
+        anyhow::ensure!(plugin.from_cache, "expected a cache hit");
+        Ok(())
+    })?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let plugin = CompiledPlugin::prepare(&engine, None, "kvstore", &bytes, digest)?;
+
+    let app = app();
+    let observed = observed(&engine, &plugin, &app)?;
+    let app_size = app.to_string().len();
+    let observed_size: usize = observed.iter().map(|o| o.to_string().len()).sum();
+    let cx = AppContext {
+        app: &app,
+        observed: &observed,
+        now_ms: NOW_MS,
+    };
+    let limits = CallLimits::default();
+    let tags = || CallTags {
+        plugin: "kvstore".into(),
+        app: "bench/kv".into(),
+    };
+
+    println!("component: {} ({} KiB)", path.display(), bytes.len() / 1024);
+    println!(
+        "input: App {app_size} bytes, {} observed objects ({observed_size} bytes)",
+        observed.len()
+    );
+    println!(
+        "load:  cold compile {:>9.2?} (min of 3)   cached load {:>9.2?} (min of 10)",
+        min(&cold),
+        min(&cached)
+    );
+    println!("calls: {calls} per capability, fresh instance each, JSON in and out included");
+    println!(
+        "{:<10} {:>10} {:>10} {:>10}",
+        "capability", "p50", "p99", "max"
+    );
+    let mut report = |name: &str, f: &dyn Fn() -> Result<(), CallError>| -> anyhow::Result<()> {
+        for _ in 0..calls / 10 {
+            f()?;
+        }
+        let mut samples = time_n(calls, || f().map_err(anyhow::Error::from))?;
+        samples.sort();
+        let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+        println!(
+            "{name:<10} {:>10.2?} {:>10.2?} {:>10.2?}",
+            pct(0.50),
+            pct(0.99),
+            samples[samples.len() - 1]
+        );
+        Ok(())
+    };
+    report("metadata", &|| {
+        plugin.call_metadata(&engine, &limits, tags()).map(drop)
+    })?;
+    report("plan", &|| {
+        plugin
+            .call_plan(&engine, &limits, tags(), cx, Some("7.2.4"), "7.2.4")
+            .map(drop)
+    })?;
+    report("health", &|| {
+        plugin
+            .call_health(&engine, &limits, tags(), cx, "7.2.4")
+            .map(drop)
+    })?;
+    report("backup", &|| {
+        plugin
+            .call_backup(&engine, &limits, tags(), cx, None)
+            .map(drop)
+    })?;
+    report("upgrade", &|| {
+        plugin
+            .call_upgrade(&engine, &limits, tags(), cx, "7.2.4", "7.3.0")
+            .map(drop)
+    })?;
+    report("finalize", &|| {
+        plugin.call_finalize(&engine, &limits, tags(), cx).map(drop)
+    })?;
+    Ok(())
+}
+
+fn default_component() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("wasm32-wasip2/release/kvstore.wasm")
+}
+
+fn time_n(n: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Vec<Duration>> {
+    (0..n)
+        .map(|_| {
+            let start = Instant::now();
+            f().map(|()| start.elapsed())
+        })
+        .collect()
+}
+
+fn min(samples: &[Duration]) -> Duration {
+    samples.iter().copied().min().unwrap_or_default()
+}
+
+/// A kvstore App of about 10 KB: a realistic config plus the last-applied annotation kubectl
+/// leaves behind, which is what makes real objects large.
+fn app() -> Value {
+    let config = json!({
+        "replicas": 3,
+        "storage": "10Gi",
+        "backup": {"schedule": "0 */6 * * *", "retain": 5},
+        "retention": "Retain",
+    });
+    let mut app = json!({
+        "apiVersion": "wasmop.dev/v1alpha1",
+        "kind": "App",
+        "metadata": {
+            "name": "kv", "namespace": "bench", "uid": "3f1c2b9a-0000-4000-8000-000000000001",
+            "generation": 4, "resourceVersion": "123456",
+            "labels": {"team": "storage", "tier": "cache"},
+            "annotations": {},
+        },
+        "spec": {"plugin": {"image": "127.0.0.1:15000/plugins/kvstore:1.0"}, "version": "7.2.4", "config": config},
+        "status": {"version": "7.2.4", "observedGeneration": 4},
+    });
+    let padding = "x".repeat(10_000usize.saturating_sub(app.to_string().len()));
+    app["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
+        Value::String(padding);
+    app
+}
+
+/// Ten owned objects as the host would observe them: kvstore's own plan with statuses filled
+/// in, plus the StatefulSet's Pods.
+fn observed(
+    engine: &PluginEngine,
+    plugin: &CompiledPlugin,
+    app: &Value,
+) -> anyhow::Result<Vec<Value>> {
+    let cx = AppContext {
+        app,
+        observed: &[],
+        now_ms: NOW_MS,
+    };
+    let plan = plugin.call_plan(
+        engine,
+        &CallLimits::default(),
+        CallTags::default(),
+        cx,
+        None,
+        "7.2.4",
+    )?;
+    let mut objects: Vec<Value> = plan.objects.into_iter().map(Value::Object).collect();
+    for object in &mut objects {
+        if object["kind"] == "StatefulSet" {
+            object["metadata"]["generation"] = json!(1);
+            object["status"] = json!({
+                "observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+                "currentReplicas": 3, "updatedReplicas": 3,
+                "currentRevision": "kv-7c9d", "updateRevision": "kv-7c9d",
+            });
+        }
+    }
+    for i in 0..(10usize.saturating_sub(objects.len())) {
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("kv-{i}"), "namespace": "bench", "labels": {"wasmop.dev/app": "kv", "controller-revision-hash": "kv-7c9d"}},
+            "spec": {"containers": [{"name": "valkey", "image": "valkey/valkey:7.2.4"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }));
+    }
+    Ok(objects)
+}

@@ -1,0 +1,217 @@
+//! Wires the kube-runtime Controller: Apps, the reflectors of what they own (which both fill
+//! the fetch caches and trigger reconciles), plugin swap notifications (which requeue every App
+//! using the plugin), bounded concurrency and graceful shutdown.
+
+use std::{future::Future, sync::Arc};
+
+use futures::{Stream, StreamExt, future::BoxFuture};
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    batch::v1::Job,
+    core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config as ControllerConfig,
+        events::{Recorder, Reporter},
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio_stream::wrappers::BroadcastStream;
+
+use crate::{
+    app::App,
+    plugin::source::SourceRef,
+    reconcile::{self, Context, fetch::Stores},
+    run::PluginRuntime,
+};
+
+/// How the controller runs.
+pub struct Settings {
+    /// `None` watches the whole cluster; `Some(ns)` one namespace.
+    pub namespace: Option<String>,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+type Reflected<K> = (
+    Store<K>,
+    std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>,
+);
+
+/// A reflector over `K` with `selector`: its cache and the stream of touched objects.
+fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels(selector);
+    let stream = reflector::reflector(writer, watcher(api::<K>(client, namespace), config))
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+/// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
+/// `ready` is called once every cache has synced.
+pub async fn run(
+    client: Client,
+    runtime: &PluginRuntime,
+    settings: Settings,
+    ready: impl FnOnce() + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.as_deref();
+    let managed = "app.kubernetes.io/managed-by=wasmop";
+    let of_apps = "wasmop.dev/app";
+    let (statefulsets, sts_stream) = reflect::<StatefulSet>(&client, ns, managed);
+    let (deployments, deploy_stream) = reflect::<Deployment>(&client, ns, managed);
+    let (services, svc_stream) = reflect::<Service>(&client, ns, managed);
+    let (configmaps, cm_stream) = reflect::<ConfigMap>(&client, ns, managed);
+    let (serviceaccounts, sa_stream) = reflect::<ServiceAccount>(&client, ns, managed);
+    let (pdbs, pdb_stream) = reflect::<PodDisruptionBudget>(&client, ns, managed);
+    let (jobs, job_stream) = reflect::<Job>(&client, ns, managed);
+    let (pods, pod_stream) = reflect::<Pod>(&client, ns, of_apps);
+    let (pvcs, pvc_stream) = reflect::<PersistentVolumeClaim>(&client, ns, of_apps);
+    let stores = Stores {
+        statefulsets,
+        deployments,
+        services,
+        configmaps,
+        serviceaccounts,
+        pdbs,
+        jobs,
+        pods,
+        pvcs,
+    };
+
+    let controller = Controller::new(api::<App>(&client, ns), watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency));
+    let apps = controller.store();
+    let swaps = plugin_changes(runtime, apps.clone());
+
+    let sync: BoxFuture<'static, ()> = {
+        let stores = stores.clone();
+        let apps = apps.clone();
+        Box::pin(async move {
+            let waits: Vec<(&str, BoxFuture<'static, ()>)> = vec![
+                ("apps", ready_of(apps)),
+                ("statefulsets", ready_of(stores.statefulsets)),
+                ("deployments", ready_of(stores.deployments)),
+                ("services", ready_of(stores.services)),
+                ("configmaps", ready_of(stores.configmaps)),
+                ("serviceaccounts", ready_of(stores.serviceaccounts)),
+                ("poddisruptionbudgets", ready_of(stores.pdbs)),
+                ("jobs", ready_of(stores.jobs)),
+                ("pods", ready_of(stores.pods)),
+                ("persistentvolumeclaims", ready_of(stores.pvcs)),
+            ];
+            for (what, wait) in waits {
+                wait.await;
+                tracing::debug!(cache = what, "cache synced");
+            }
+            tracing::info!("caches synced");
+            ready();
+        })
+    };
+    tokio::spawn(sync);
+
+    let reporter = Reporter {
+        controller: "wasmop".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        stores,
+        plugins: runtime.registry.clone(),
+        sources: runtime.watcher.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+    });
+    controller
+        .owns_stream(sts_stream)
+        .owns_stream(deploy_stream)
+        .owns_stream(svc_stream)
+        .owns_stream(cm_stream)
+        .owns_stream(sa_stream)
+        .owns_stream(pdb_stream)
+        .owns_stream(job_stream)
+        // Pods and claims belong to the App's workloads, not the App: map them by label.
+        .watches_stream(pod_stream, |pod: Pod| app_of(&pod))
+        .watches_stream(pvc_stream, |pvc: PersistentVolumeClaim| app_of(&pvc))
+        .reconcile_on(swaps)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((app, _)) => tracing::debug!(app = %app, "reconciled"),
+                Err(err) => tracing::debug!(error = %err, "reconcile error"),
+            }
+        })
+        .await;
+}
+
+fn ready_of<K>(store: Store<K>) -> BoxFuture<'static, ()>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    // kube-runtime's readiness signal wakes only the last task that polled it, and the
+    // controller's runner polls the App store after us; polling again on a timer sidesteps that.
+    Box::pin(async move {
+        while tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            store.wait_until_ready(),
+        )
+        .await
+        .is_err()
+        {}
+    })
+}
+
+fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
+    let name = object.labels().get(reconcile::fetch::APP_LABEL)?;
+    Some(ObjectRef::new(name).within(&object.namespace()?))
+}
+
+/// Every App whose plugin source changed (swap, load, failure), as reconcile requests.
+fn plugin_changes(
+    runtime: &PluginRuntime,
+    apps: Store<App>,
+) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
+    BroadcastStream::new(runtime.registry.subscribe())
+        .filter_map(|change| async move { change.ok() })
+        .flat_map(move |source: SourceRef| {
+            let users: Vec<ObjectRef<App>> = apps
+                .state()
+                .iter()
+                .filter(|app| {
+                    SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
+                        .is_ok_and(|s| s == source)
+                })
+                .map(|app| ObjectRef::from_obj(app.as_ref()))
+                .collect();
+            futures::stream::iter(users)
+        })
+}

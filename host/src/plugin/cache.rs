@@ -1,0 +1,163 @@
+//! The on-disk plugin cache: raw component bytes by digest, compiled artifacts by digest and
+//! engine fingerprint, and the last digest each source reference resolved to. A restart loads
+//! plugins in milliseconds from it, and works while the registry is down.
+//!
+//! # Safety of deserializing
+//!
+//! `Component::deserialize` runs machine code from the artifact without validating it, which is
+//! why it is `unsafe`: a tampered artifact is arbitrary code in the host. This cache only
+//! deserializes files it wrote itself, in a directory the host owns (mode 0700), and checks a
+//! sha256 recorded beside each artifact at write time, so truncation or corruption is caught
+//! and the artifact recompiled. wasmtime itself refuses artifacts built by another wasmtime
+//! version or with other engine settings, and the fingerprint in the path keeps those apart.
+//! Anyone who can write the cache directory can already replace the host binary; the cache
+//! must never be shared with, or filled by, anything else.
+#![allow(unsafe_code)]
+
+use std::{
+    fs,
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::component::Component;
+
+use super::{Digest, engine::PluginEngine};
+
+/// The cache directory and its layout.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// Opens (creating) the cache at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> io::Result<Self> {
+        let root = root.into();
+        for dir in ["blobs", "compiled", "refs"] {
+            fs::create_dir_all(root.join(dir))?;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&root, fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(Self { root })
+    }
+
+    /// The cache's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs").join(digest.hex())
+    }
+
+    fn compiled_path(&self, engine: &PluginEngine, digest: &Digest) -> PathBuf {
+        self.root
+            .join("compiled")
+            .join(engine.fingerprint())
+            .join(format!("{}.cwasm", digest.hex()))
+    }
+
+    fn ref_path(&self, reference: &str) -> PathBuf {
+        self.root
+            .join("refs")
+            .join(format!("{:x}", Sha256::digest(reference.as_bytes())))
+    }
+
+    /// Keeps the raw bytes of a component.
+    pub fn store_blob(&self, digest: &Digest, bytes: &[u8]) {
+        warn_on_failure(
+            "storing plugin bytes",
+            write_atomic(&self.blob_path(digest), bytes),
+        );
+    }
+
+    /// The raw bytes of a component, if cached and intact.
+    pub fn load_blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        let bytes = fs::read(self.blob_path(digest)).ok()?;
+        (Digest::of(&bytes) == *digest).then_some(bytes)
+    }
+
+    /// Keeps the compiled artifact of a component for this engine.
+    pub fn store_compiled(&self, engine: &PluginEngine, digest: &Digest, component: &Component) {
+        let path = self.compiled_path(engine, digest);
+        let result = component
+            .serialize()
+            .map_err(|e| io::Error::other(format!("{e:#}")))
+            .and_then(|artifact| {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                write_atomic(
+                    &checksum_path(&path),
+                    format!("{:x}", Sha256::digest(&artifact)).as_bytes(),
+                )?;
+                write_atomic(&path, &artifact)
+            });
+        warn_on_failure("storing a compiled plugin", result);
+    }
+
+    /// The compiled artifact of a component for this engine, if cached and intact.
+    pub fn load_compiled(&self, engine: &PluginEngine, digest: &Digest) -> Option<Component> {
+        let path = self.compiled_path(engine, digest);
+        let artifact = fs::read(&path).ok()?;
+        let recorded = fs::read_to_string(checksum_path(&path)).ok()?;
+        if recorded.trim() != format!("{:x}", Sha256::digest(&artifact)) {
+            tracing::warn!(path = %path.display(), "compiled plugin does not match its checksum; recompiling");
+            return None;
+        }
+        // SAFETY: see the module docs — only artifacts this cache wrote, checksum verified, in a
+        // directory owned by the host, for this exact engine fingerprint.
+        match unsafe { Component::deserialize(engine.engine(), &artifact) } {
+            Ok(component) => Some(component),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %format!("{err:#}"), "compiled plugin unusable; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Records that `reference` resolved to `digest`, for starts while the source is down.
+    pub fn remember_ref(&self, reference: &str, digest: &Digest) {
+        let record = serde_json::json!({"reference": reference, "digest": digest.as_str()});
+        warn_on_failure(
+            "recording a plugin reference",
+            write_atomic(&self.ref_path(reference), record.to_string().as_bytes()),
+        );
+    }
+
+    /// The digest `reference` last resolved to.
+    pub fn recall_ref(&self, reference: &str) -> Option<Digest> {
+        let text = fs::read_to_string(self.ref_path(reference)).ok()?;
+        let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+        if record.get("reference")?.as_str()? != reference {
+            return None;
+        }
+        Digest::parse(record.get("digest")?.as_str()?).ok()
+    }
+}
+
+fn checksum_path(path: &Path) -> PathBuf {
+    path.with_extension("cwasm.sha256")
+}
+
+/// Writes through a temporary file and a rename, so a crash never leaves a half-written entry
+/// under the real name.
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+/// The cache is an optimisation: failing to write it is worth a warning, never an outage.
+fn warn_on_failure(what: &str, result: io::Result<()>) {
+    if let Err(err) = result {
+        tracing::warn!(error = %err, "{what} in the plugin cache failed");
+    }
+}

@@ -1,0 +1,611 @@
+//! Evaluate: one call of one capability, in a fresh Store with its deadline and memory cap, and
+//! the host's checks on what comes back (sizes, JSON shape) before anyone uses it.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use serde_json::{Map, Value};
+use wasmtime::{Store, Trap, component::Instance};
+
+use super::{
+    CallError, Capability,
+    bindings::exports::wasmop::plugin as guest,
+    compile::{CompiledPlugin, PluginMetadata},
+    engine::PluginEngine,
+    limits::CallLimits,
+    sandbox::{CallState, CallTags},
+};
+
+/// What every capability call is given about the App.
+#[derive(Debug, Clone, Copy)]
+pub struct AppContext<'a> {
+    /// The App object.
+    pub app: &'a Value,
+    /// Objects the host observes for the App (owned objects, backup Jobs, Pods...).
+    pub observed: &'a [Value],
+    /// The host's clock, milliseconds since the Unix epoch.
+    pub now_ms: i64,
+}
+
+/// The objects a plugin wants to exist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Each a JSON object with `apiVersion`, `kind` and `metadata.name`.
+    pub objects: Vec<Map<String, Value>>,
+    /// When the plugin wants to be asked again regardless of events.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The overall state a health check reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthState {
+    /// Everything is as planned and serving.
+    Healthy,
+    /// Converging.
+    Progressing,
+    /// Serving less than it should, or not at all.
+    Degraded,
+}
+
+/// One plugin-specific condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginCondition {
+    /// Condition type, CamelCase.
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    /// CamelCase reason.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+}
+
+/// What a health check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthReport {
+    /// The overall state.
+    pub state: HealthState,
+    /// Plugin-specific conditions.
+    pub conditions: Vec<PluginCondition>,
+    /// For people.
+    pub message: String,
+    /// Whether the rollout at the checked version is complete.
+    pub rollout_complete: bool,
+}
+
+/// What the backup schedule decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupDecision {
+    /// A backup to start now: its slot id and Job.
+    pub run: Option<(String, Map<String, Value>)>,
+    /// Slots whose Jobs should be deleted.
+    pub expire: Vec<String>,
+    /// When to ask again.
+    pub requeue_after: Option<Duration>,
+}
+
+/// What the upgrade gate decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateDecision {
+    /// Roll out the new version now.
+    Allow,
+    /// Not yet; ask again later.
+    Wait(String),
+    /// Never, as requested.
+    Deny(String),
+}
+
+/// An object named by a finalize decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// e.g. `v1`.
+    pub api_version: String,
+    /// e.g. `PersistentVolumeClaim`.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+/// What to do with objects that outlive the App.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CleanupDecision {
+    /// Delete these.
+    pub delete: Vec<ObjectRef>,
+    /// Keep these.
+    pub keep: Vec<ObjectRef>,
+}
+
+/// Converts one interface's generated `plugin-error` into a [`CallError::Refused`]; each WIT
+/// interface has its own copy of the type, so this is written once as a macro.
+macro_rules! refused {
+    ($iface:ident, $plugin:expr, $capability:expr, $err:expr) => {{
+        let err = $err;
+        let kind = match err.kind {
+            guest::$iface::ErrorKind::InvalidConfig => "invalid-config",
+            guest::$iface::ErrorKind::InvalidInput => "invalid-input",
+            guest::$iface::ErrorKind::Internal => "internal",
+        };
+        CallError::Refused {
+            plugin: $plugin,
+            interface: $capability.interface(),
+            kind: kind.to_string(),
+            message: err.message,
+            field: err.field,
+        }
+    }};
+}
+
+impl CompiledPlugin {
+    /// Runs `f` against a fresh instance in a fresh Store with `limits`, and turns whatever went
+    /// wrong into the specific [`CallError`].
+    fn with_instance<R>(
+        &self,
+        engine: &PluginEngine,
+        interface: &'static str,
+        limits: &CallLimits,
+        tags: CallTags,
+        f: impl FnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let mut store = Store::new(engine.engine(), CallState::new(tags, limits.memory_bytes));
+        store.limiter(|state| state.limiter());
+        store.set_epoch_deadline(limits.deadline_ticks());
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| f(&mut store, &instance));
+        let last_words = store.data().flush_stdio();
+        let plugin = self.label();
+        result.map_err(|err| {
+            if store.data().memory_exceeded() {
+                return CallError::MemoryExceeded {
+                    plugin,
+                    interface,
+                    limit_mib: limits.memory_bytes >> 20,
+                };
+            }
+            match err.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => CallError::DeadlineExceeded {
+                    plugin,
+                    interface,
+                    limit: limits.deadline,
+                },
+                Some(trap) => CallError::Trap {
+                    plugin,
+                    interface,
+                    message: match last_words {
+                        Some(words) => format!("{trap}; guest stderr: {words}"),
+                        None => trap.to_string(),
+                    },
+                },
+                None => CallError::Host {
+                    plugin,
+                    interface,
+                    message: format!("{err:#}"),
+                },
+            }
+        })
+    }
+
+    fn exports_of<T>(&self, capability: Capability, indices: &Option<T>) -> Result<(), CallError> {
+        match indices {
+            Some(_) => Ok(()),
+            None => Err(CallError::Unsupported {
+                plugin: self.label(),
+                interface: capability.interface(),
+            }),
+        }
+    }
+
+    /// Calls `metadata.get`: the smoke test at load, and what the plugin says about itself.
+    pub fn call_metadata(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+    ) -> Result<(PluginMetadata, BTreeSet<Capability>), CallError> {
+        let info = self.with_instance(engine, "metadata", limits, tags, |store, instance| {
+            self.exports
+                .metadata
+                .load(&mut *store, instance)?
+                .call_get(&mut *store)
+        })?;
+        let kind = |k: &guest::metadata::KindRef| format!("{}/{}", k.api_version, k.kind);
+        let claimed = info
+            .capabilities
+            .iter()
+            .map(|c| match c {
+                guest::metadata::Capability::SpecDiff => Capability::SpecDiff,
+                guest::metadata::Capability::Health => Capability::Health,
+                guest::metadata::Capability::Backup => Capability::Backup,
+                guest::metadata::Capability::Upgrade => Capability::Upgrade,
+                guest::metadata::Capability::Finalize => Capability::Finalize,
+            })
+            .collect();
+        let metadata = PluginMetadata {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            owns: info.owns.iter().map(kind).collect(),
+            observes: info.observes.iter().map(kind).collect(),
+        };
+        if metadata.name.is_empty() || metadata.name.len() > 63 {
+            return Err(CallError::BadOutput {
+                plugin: self.label(),
+                interface: "metadata",
+                reason: format!(
+                    "metadata name {:?} must be 1 to 63 characters",
+                    metadata.name
+                ),
+            });
+        }
+        Ok((metadata, claimed))
+    }
+
+    /// Calls `spec-diff.plan` and checks every object it returns.
+    pub fn call_plan(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: AppContext<'_>,
+        current_version: Option<&str>,
+        target_version: &str,
+    ) -> Result<Plan, CallError> {
+        let capability = Capability::SpecDiff;
+        self.exports_of(capability, &self.exports.spec_diff)?;
+        let input = guest::spec_diff::PlanInput {
+            app: cx.app.to_string(),
+            observed: cx.observed.iter().map(Value::to_string).collect(),
+            current_version: current_version.map(str::to_string),
+            target_version: target_version.to_string(),
+            now: cx.now_ms,
+        };
+        let result = self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| {
+                let Some(indices) = &self.exports.spec_diff else {
+                    unreachable!("checked above")
+                };
+                indices
+                    .load(&mut *store, instance)?
+                    .call_plan(&mut *store, &input)
+            },
+        )?;
+        let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
+        let objects = self.parse_objects(capability, limits, &desired.objects)?;
+        Ok(Plan {
+            objects,
+            requeue_after: desired.requeue_after.map(Duration::from_millis),
+        })
+    }
+
+    /// Calls `health.check`.
+    pub fn call_health(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: AppContext<'_>,
+        version: &str,
+    ) -> Result<HealthReport, CallError> {
+        use guest::health::{ConditionStatus, State};
+        let capability = Capability::Health;
+        self.exports_of(capability, &self.exports.health)?;
+        let input = guest::health::CheckInput {
+            app: cx.app.to_string(),
+            observed: cx.observed.iter().map(Value::to_string).collect(),
+            version: version.to_string(),
+            now: cx.now_ms,
+        };
+        let result = self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| {
+                let Some(indices) = &self.exports.health else {
+                    unreachable!("checked above")
+                };
+                indices
+                    .load(&mut *store, instance)?
+                    .call_check(&mut *store, &input)
+            },
+        )?;
+        let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
+        let size = report.message.len()
+            + report
+                .conditions
+                .iter()
+                .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
+                .sum::<usize>();
+        self.check_size(capability, limits, size)?;
+        for c in &report.conditions {
+            if !is_camel_case(&c.condition_type) || !is_camel_case(&c.reason) {
+                return Err(self.bad(
+                    capability,
+                    format!(
+                        "condition type {:?} and reason {:?} must be CamelCase words",
+                        c.condition_type, c.reason
+                    ),
+                ));
+            }
+        }
+        Ok(HealthReport {
+            state: match report.state {
+                State::Healthy => HealthState::Healthy,
+                State::Progressing => HealthState::Progressing,
+                State::Degraded => HealthState::Degraded,
+            },
+            conditions: report
+                .conditions
+                .into_iter()
+                .map(|c| PluginCondition {
+                    type_: c.condition_type,
+                    status: match c.status {
+                        ConditionStatus::True => "True",
+                        ConditionStatus::False => "False",
+                        ConditionStatus::Unknown => "Unknown",
+                    },
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect(),
+            message: report.message,
+            rollout_complete: report.rollout_complete,
+        })
+    }
+
+    /// Calls `backup.schedule`.
+    pub fn call_backup(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: AppContext<'_>,
+        last_completed_slot: Option<&str>,
+    ) -> Result<BackupDecision, CallError> {
+        let capability = Capability::Backup;
+        self.exports_of(capability, &self.exports.backup)?;
+        let input = guest::backup::ScheduleInput {
+            app: cx.app.to_string(),
+            observed: cx.observed.iter().map(Value::to_string).collect(),
+            last_completed_slot: last_completed_slot.map(str::to_string),
+            now: cx.now_ms,
+        };
+        let result = self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| {
+                let Some(indices) = &self.exports.backup else {
+                    unreachable!("checked above")
+                };
+                indices
+                    .load(&mut *store, instance)?
+                    .call_schedule(&mut *store, &input)
+            },
+        )?;
+        let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
+        for slot in decision
+            .expire
+            .iter()
+            .chain(decision.run.as_ref().map(|r| &r.slot))
+        {
+            if !is_slot(slot) {
+                return Err(self.bad(
+                    capability,
+                    format!("slot {slot:?} must be 1 to 40 lower-case letters, digits and '-'"),
+                ));
+            }
+        }
+        let run = match decision.run {
+            Some(run) => {
+                let mut job =
+                    self.parse_objects(capability, limits, std::slice::from_ref(&run.job))?;
+                job.pop().map(|job| (run.slot, job))
+            }
+            None => None,
+        };
+        Ok(BackupDecision {
+            run,
+            expire: decision.expire,
+            requeue_after: decision.requeue_after.map(Duration::from_millis),
+        })
+    }
+
+    /// Calls `upgrade.gate`.
+    pub fn call_upgrade(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: AppContext<'_>,
+        from_version: &str,
+        to_version: &str,
+    ) -> Result<GateDecision, CallError> {
+        let capability = Capability::Upgrade;
+        self.exports_of(capability, &self.exports.upgrade)?;
+        let input = guest::upgrade::GateInput {
+            app: cx.app.to_string(),
+            observed: cx.observed.iter().map(Value::to_string).collect(),
+            from_version: from_version.to_string(),
+            to_version: to_version.to_string(),
+            now: cx.now_ms,
+        };
+        let result = self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| {
+                let Some(indices) = &self.exports.upgrade else {
+                    unreachable!("checked above")
+                };
+                indices
+                    .load(&mut *store, instance)?
+                    .call_gate(&mut *store, &input)
+            },
+        )?;
+        let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
+        Ok(match decision {
+            guest::upgrade::GateDecision::Allow => GateDecision::Allow,
+            guest::upgrade::GateDecision::Wait(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Wait(reason)
+            }
+            guest::upgrade::GateDecision::Deny(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Deny(reason)
+            }
+        })
+    }
+
+    /// Calls `finalize.cleanup`.
+    pub fn call_finalize(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: AppContext<'_>,
+    ) -> Result<CleanupDecision, CallError> {
+        let capability = Capability::Finalize;
+        self.exports_of(capability, &self.exports.finalize)?;
+        let input = guest::finalize::CleanupInput {
+            app: cx.app.to_string(),
+            retained: cx.observed.iter().map(Value::to_string).collect(),
+            now: cx.now_ms,
+        };
+        let result = self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| {
+                let Some(indices) = &self.exports.finalize else {
+                    unreachable!("checked above")
+                };
+                indices
+                    .load(&mut *store, instance)?
+                    .call_cleanup(&mut *store, &input)
+            },
+        )?;
+        let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
+        let convert = |r: guest::finalize::ObjectRef| ObjectRef {
+            api_version: r.api_version,
+            kind: r.kind,
+            name: r.name,
+        };
+        Ok(CleanupDecision {
+            delete: decision.delete.into_iter().map(convert).collect(),
+            keep: decision.keep.into_iter().map(convert).collect(),
+        })
+    }
+
+    fn bad(&self, capability: Capability, reason: String) -> CallError {
+        CallError::BadOutput {
+            plugin: self.label(),
+            interface: capability.interface(),
+            reason,
+        }
+    }
+
+    fn check_size(
+        &self,
+        capability: Capability,
+        limits: &CallLimits,
+        size: usize,
+    ) -> Result<(), CallError> {
+        if size > limits.max_output_bytes {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{size} bytes of output is over the {} byte cap",
+                    limits.max_output_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parses objects the plugin returned as JSON text: each must be a JSON object with string
+    /// `apiVersion`, `kind` and `metadata.name`.
+    fn parse_objects(
+        &self,
+        capability: Capability,
+        limits: &CallLimits,
+        texts: &[String],
+    ) -> Result<Vec<Map<String, Value>>, CallError> {
+        self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
+        texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                let value: Value = serde_json::from_str(text).map_err(|err| {
+                    self.bad(
+                        capability,
+                        format!("object {index} is not valid JSON: {err}"),
+                    )
+                })?;
+                let Value::Object(object) = value else {
+                    return Err(
+                        self.bad(capability, format!("object {index} is not a JSON object"))
+                    );
+                };
+                for (field, value) in [
+                    ("apiVersion", object.get("apiVersion")),
+                    ("kind", object.get("kind")),
+                    (
+                        "metadata.name",
+                        object.get("metadata").and_then(|m| m.get("name")),
+                    ),
+                ] {
+                    if !value.is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty())) {
+                        return Err(
+                            self.bad(capability, format!("object {index} has no string {field}"))
+                        );
+                    }
+                }
+                Ok(object)
+            })
+            .collect()
+    }
+}
+
+fn is_camel_case(text: &str) -> bool {
+    text.len() <= 128
+        && text.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && text.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+fn is_slot(slot: &str) -> bool {
+    (1..=40).contains(&slot.len())
+        && slot
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !slot.starts_with('-')
+        && !slot.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_dns_label_safe() {
+        assert!(is_slot("20261202-060000"));
+        assert!(!is_slot("2026-12-02T06:00:00Z"));
+        assert!(!is_slot(""));
+        assert!(!is_slot("-a"));
+        assert!(!is_slot(&"a".repeat(41)));
+    }
+
+    #[test]
+    fn condition_words_are_camel_case() {
+        assert!(is_camel_case("ReplicasReady"));
+        assert!(!is_camel_case("replicas ready"));
+        assert!(!is_camel_case(""));
+    }
+}

@@ -1,0 +1,261 @@
+//! Verify and precompile: from bytes that claim to be a plugin to a [`CompiledPlugin`] that is
+//! known to be a component of our world, with its capabilities discovered from its exports and
+//! its `metadata` smoke call passed within the deadline.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use wasmtime::component::{Component, InstancePre};
+
+use super::{
+    Capability, Digest, LoadError,
+    bindings::{self, exports::wasmop::plugin as guest},
+    cache::Cache,
+    engine::PluginEngine,
+    limits::{CallLimits, MAX_COMPONENT_BYTES},
+    sandbox::{CallState, CallTags},
+};
+
+/// What the plugin says about itself in `metadata`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PluginMetadata {
+    /// The plugin's name, e.g. `kvstore`.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// One line for people.
+    pub description: String,
+    /// Kinds the plugin plans (`apiVersion/kind`).
+    pub owns: Vec<String>,
+    /// Further kinds it wants to observe.
+    pub observes: Vec<String>,
+}
+
+/// A plugin version ready to be called: compiled, linked, validated.
+pub struct CompiledPlugin {
+    /// Content digest of the component bytes.
+    pub digest: Digest,
+    /// Size of the component bytes.
+    pub size: usize,
+    /// What the plugin says about itself.
+    pub metadata: PluginMetadata,
+    /// Capabilities the component exports (and its metadata confirms).
+    pub capabilities: BTreeSet<Capability>,
+    /// How long compiling (or loading the cached artifact) took.
+    pub compile_time: Duration,
+    /// Whether the compiled artifact came from the on-disk cache.
+    pub from_cache: bool,
+    pub(super) pre: InstancePre<CallState>,
+    pub(super) exports: Exports,
+}
+
+/// Export indices of each capability the component has, looked up once at load.
+pub(super) struct Exports {
+    pub metadata: guest::metadata::GuestIndices,
+    pub spec_diff: Option<guest::spec_diff::GuestIndices>,
+    pub health: Option<guest::health::GuestIndices>,
+    pub backup: Option<guest::backup::GuestIndices>,
+    pub upgrade: Option<guest::upgrade::GuestIndices>,
+    pub finalize: Option<guest::finalize::GuestIndices>,
+}
+
+/// The first eight bytes of a binary component (magic, then layer 1 version 0x0d).
+const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+/// The first eight bytes of a core Wasm module.
+const CORE_MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+
+/// Checks the bytes are a Wasm component at all, before spending a compile on them.
+pub fn verify_component(source_ref: &str, bytes: &[u8]) -> Result<(), LoadError> {
+    let refuse = |reason: String| LoadError::NotAComponent {
+        source_ref: source_ref.to_string(),
+        reason,
+    };
+    if bytes.len() > MAX_COMPONENT_BYTES {
+        return Err(refuse(format!(
+            "{} bytes is over the {MAX_COMPONENT_BYTES} byte limit",
+            bytes.len()
+        )));
+    }
+    match bytes.get(..8) {
+        Some(header) if header == COMPONENT_HEADER => Ok(()),
+        Some(header) if header == CORE_MODULE_HEADER => Err(refuse(
+            "it is a core Wasm module; build the plugin for wasm32-wasip2 so that it is a component".into(),
+        )),
+        Some(header) if header[..4] == COMPONENT_HEADER[..4] => {
+            Err(refuse(format!("unknown Wasm version/layer bytes {:02x?}", &header[4..])))
+        }
+        _ => Err(refuse(format!("{} bytes without the Wasm magic number", bytes.len()))),
+    }
+}
+
+impl CompiledPlugin {
+    /// Verifies, compiles (or loads from `cache`), links and validates one plugin version.
+    pub fn prepare(
+        engine: &PluginEngine,
+        cache: Option<&Cache>,
+        source_ref: &str,
+        bytes: &[u8],
+        digest: Digest,
+    ) -> Result<Self, LoadError> {
+        verify_component(source_ref, bytes)?;
+        let start = Instant::now();
+        let (component, from_cache) = match cache.and_then(|c| c.load_compiled(engine, &digest)) {
+            Some(component) => (component, true),
+            None => {
+                let component =
+                    Component::new(engine.engine(), bytes).map_err(|err| LoadError::Compile {
+                        source_ref: source_ref.to_string(),
+                        message: format!("{err:#}"),
+                    })?;
+                if let Some(cache) = cache {
+                    cache.store_compiled(engine, &digest, &component);
+                }
+                (component, false)
+            }
+        };
+        let compile_time = start.elapsed();
+
+        let exported = check_world(engine, source_ref, &component)?;
+        let incompatible = |reason: String| LoadError::IncompatibleWorld {
+            source_ref: source_ref.to_string(),
+            reason,
+        };
+        let pre = engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|err| incompatible(format!("its imports cannot be satisfied: {err:#}")))?;
+        let lookup_failed = |err: wasmtime::Error| incompatible(format!("{err:#}"));
+        let has = |c: Capability| exported.contains(&c);
+        let exports = Exports {
+            metadata: guest::metadata::GuestIndices::new(&pre).map_err(lookup_failed)?,
+            spec_diff: has(Capability::SpecDiff)
+                .then(|| guest::spec_diff::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            health: has(Capability::Health)
+                .then(|| guest::health::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            backup: has(Capability::Backup)
+                .then(|| guest::backup::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            upgrade: has(Capability::Upgrade)
+                .then(|| guest::upgrade::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            finalize: has(Capability::Finalize)
+                .then(|| guest::finalize::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+        };
+
+        let placeholder = PluginMetadata {
+            name: source_ref.to_string(),
+            version: String::new(),
+            description: String::new(),
+            owns: Vec::new(),
+            observes: Vec::new(),
+        };
+        let mut plugin = Self {
+            digest,
+            size: bytes.len(),
+            metadata: placeholder,
+            capabilities: exported,
+            compile_time,
+            from_cache,
+            pre,
+            exports,
+        };
+        let tags = CallTags {
+            plugin: format!("{source_ref}@{}", plugin.digest.short()),
+            app: String::new(),
+        };
+        let (metadata, claimed) = plugin
+            .call_metadata(engine, &CallLimits::default(), tags)
+            .map_err(|source| LoadError::Validation {
+                source_ref: source_ref.to_string(),
+                source: Box::new(source),
+            })?;
+        if claimed != plugin.capabilities {
+            return Err(incompatible(format!(
+                "metadata claims capabilities [{}] but the component exports [{}]",
+                join(&claimed),
+                join(&plugin.capabilities)
+            )));
+        }
+        plugin.metadata = metadata;
+        Ok(plugin)
+    }
+
+    /// `name@short-digest`, how the host names this plugin in messages.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.metadata.name, self.digest.short())
+    }
+}
+
+fn join(set: &BTreeSet<Capability>) -> String {
+    set.iter()
+        .map(|c| c.interface())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads the component's exports: `metadata` is required, every `wasmop:plugin` export must be
+/// of this host's version, and the other capability interfaces present are the capabilities.
+fn check_world(
+    engine: &PluginEngine,
+    source_ref: &str,
+    component: &Component,
+) -> Result<BTreeSet<Capability>, LoadError> {
+    let incompatible = |reason: String| LoadError::IncompatibleWorld {
+        source_ref: source_ref.to_string(),
+        reason,
+    };
+    let names: Vec<String> = component
+        .component_type()
+        .exports(engine.engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let prefix = format!("{}/", bindings::PACKAGE);
+    let mut capabilities = BTreeSet::new();
+    let mut has_metadata = false;
+    for name in &names {
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if version != bindings::WORLD_VERSION {
+            return Err(incompatible(format!(
+                "it exports {name}, built for {}@{version}; this host speaks {}@{}",
+                bindings::PACKAGE,
+                bindings::PACKAGE,
+                bindings::WORLD_VERSION
+            )));
+        }
+        match interface {
+            "metadata" => has_metadata = true,
+            other => match Capability::from_interface(other) {
+                Some(capability) => {
+                    capabilities.insert(capability);
+                }
+                None => return Err(incompatible(format!("it exports unknown interface {name}"))),
+            },
+        }
+    }
+    if !has_metadata {
+        let found = if names.is_empty() {
+            "nothing".to_string()
+        } else {
+            names.join(", ")
+        };
+        return Err(incompatible(format!(
+            "it does not export {}/metadata@{} (it exports {found})",
+            bindings::PACKAGE,
+            bindings::WORLD_VERSION
+        )));
+    }
+    Ok(capabilities)
+}

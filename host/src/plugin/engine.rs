@@ -1,0 +1,104 @@
+//! The one wasmtime Engine of the host: component model, Cranelift, pooling allocator, epoch
+//! interruption for deadlines, and the Linker with WASI (deny-by-default) and the `log` import.
+
+use std::{
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Weak},
+    thread,
+};
+
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    component::{HasSelf, Linker},
+};
+
+use super::{
+    bindings::wasmop::plugin::log,
+    limits::{EPOCH_TICK, MAX_MEMORY_BYTES},
+    sandbox::CallState,
+};
+
+/// How many plugin instances may be alive at once (one per in-flight call). Calls beyond this
+/// fail with a host error instead of queueing without bound.
+pub const MAX_CONCURRENT_INSTANCES: u32 = 64;
+
+/// The shared engine, its linker and the fingerprint that keys compiled artifacts.
+pub struct PluginEngine {
+    engine: Engine,
+    linker: Linker<CallState>,
+    fingerprint: String,
+}
+
+impl PluginEngine {
+    /// Builds the engine and starts its epoch ticker (a thread that lives as long as the engine).
+    pub fn new() -> wasmtime::Result<Arc<Self>> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(MAX_CONCURRENT_INSTANCES)
+            // Rust components built for wasip2 carry a handful of core instances and memories
+            // (the guest, the WASI adapter shims); four of each per instance is ample.
+            .total_core_instances(MAX_CONCURRENT_INSTANCES * 4)
+            .total_memories(MAX_CONCURRENT_INSTANCES * 2)
+            .total_tables(MAX_CONCURRENT_INSTANCES * 4)
+            .max_memory_size(usize::try_from(MAX_MEMORY_BYTES).unwrap_or(usize::MAX));
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(OptLevel::Speed)
+            .parallel_compilation(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        log::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let fingerprint = format!(
+            "wasmtime-{}-{:016x}",
+            env!("CARGO_PKG_VERSION"),
+            hasher.finish()
+        );
+
+        let this = Arc::new(Self {
+            engine,
+            linker,
+            fingerprint,
+        });
+        spawn_epoch_ticker(Arc::downgrade(&this))
+            .map_err(|err| wasmtime::format_err!("starting the epoch ticker thread: {err}"))?;
+        Ok(this)
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The linker every plugin is instantiated with.
+    pub fn linker(&self) -> &Linker<CallState> {
+        &self.linker
+    }
+
+    /// Identifies which compiled artifacts this engine can load: wasmtime's own compatibility
+    /// hash of the engine settings, plus the host version.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+/// Deadlines are epoch deadlines, so something must advance the epoch; the thread ends when the
+/// engine is dropped.
+fn spawn_epoch_ticker(engine: Weak<PluginEngine>) -> std::io::Result<()> {
+    thread::Builder::new()
+        .name("wasmop-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = engine.upgrade() {
+                engine.engine.increment_epoch();
+                drop(engine);
+                thread::sleep(EPOCH_TICK);
+            }
+        })?;
+    Ok(())
+}

@@ -1,0 +1,320 @@
+//! The loaded-plugin registry: for each source reference, the version in service and why the
+//! last attempt to replace it failed, if it did.
+//!
+//! A new version is compiled and validated beside the one in service and swapped in atomically;
+//! callers hold an `Arc` to the version they started with, so in-flight calls finish on the old
+//! one. A version that fails to load never replaces a good one, and the same bad digest is not
+//! recompiled on every poll. Every change is broadcast so that dependents can requeue.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::Instant,
+};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast;
+
+use super::{
+    CallError, Digest, LoadError,
+    cache::Cache,
+    compile::CompiledPlugin,
+    engine::PluginEngine,
+    metrics::PluginMetrics,
+    source::{Fetched, SourceRef},
+};
+
+/// Bad digests remembered per source, so that polling a broken tag does not recompile it.
+const REMEMBERED_FAILURES: usize = 8;
+
+/// One plugin version in service for one source reference.
+pub struct LoadedPlugin {
+    /// Where it came from.
+    pub source: SourceRef,
+    /// The compiled, validated component.
+    pub compiled: CompiledPlugin,
+    /// When it went into service.
+    pub loaded_at: DateTime<Utc>,
+    engine: Arc<PluginEngine>,
+    metrics: PluginMetrics,
+}
+
+impl LoadedPlugin {
+    /// Runs a call on a blocking thread (wasmtime calls are synchronous; epoch interruption
+    /// bounds them) and records its duration and outcome under `interface`.
+    pub async fn run<R, F>(
+        self: &Arc<Self>,
+        interface: &'static str,
+        call: F,
+    ) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&CompiledPlugin, &PluginEngine) -> Result<R, CallError> + Send + 'static,
+    {
+        let this = Arc::clone(self);
+        let plugin = self.compiled.label();
+        let start = Instant::now();
+        let result = tokio::task::spawn_blocking(move || call(&this.compiled, &this.engine))
+            .await
+            .unwrap_or_else(|join| {
+                Err(CallError::Host {
+                    plugin,
+                    interface,
+                    message: format!("call task failed: {join}"),
+                })
+            });
+        self.metrics.call(
+            interface,
+            start.elapsed().as_secs_f64(),
+            result.as_ref().err().map(CallError::reason),
+        );
+        result
+    }
+
+    /// The engine the plugin was compiled for.
+    pub fn engine(&self) -> &PluginEngine {
+        &self.engine
+    }
+}
+
+/// What the registry knows about one source reference.
+#[derive(Clone, Default)]
+pub struct PluginState {
+    /// The version in service, if one ever loaded.
+    pub current: Option<Arc<LoadedPlugin>>,
+    /// Why the most recent fetch or load failed, if it did after the last success.
+    pub last_error: Option<LoadError>,
+}
+
+/// What became of a version offered to the registry.
+#[derive(Clone)]
+pub enum Offer {
+    /// The digest is already in service.
+    Unchanged(Arc<LoadedPlugin>),
+    /// The first version for this source.
+    Loaded(Arc<LoadedPlugin>),
+    /// A new version replaced the one with digest `from`.
+    Swapped {
+        /// The digest taken out of service.
+        from: Digest,
+        /// The version now in service.
+        to: Arc<LoadedPlugin>,
+    },
+    /// The version failed; the previous one, if any, stays in service.
+    Rejected(LoadError),
+}
+
+#[derive(Default)]
+struct Entry {
+    current: Option<Arc<LoadedPlugin>>,
+    last_error: Option<LoadError>,
+    failed: Vec<(Digest, LoadError)>,
+}
+
+/// All loaded plugins of the host.
+pub struct PluginRegistry {
+    engine: Arc<PluginEngine>,
+    cache: Option<Cache>,
+    metrics: PluginMetrics,
+    entries: RwLock<HashMap<SourceRef, Entry>>,
+    changes: broadcast::Sender<SourceRef>,
+}
+
+impl PluginRegistry {
+    /// An empty registry compiling with `engine` and caching in `cache`.
+    pub fn new(
+        engine: Arc<PluginEngine>,
+        cache: Option<Cache>,
+        metrics: PluginMetrics,
+    ) -> Arc<Self> {
+        let (changes, _) = broadcast::channel(256);
+        Arc::new(Self {
+            engine,
+            cache,
+            metrics,
+            entries: RwLock::new(HashMap::new()),
+            changes,
+        })
+    }
+
+    /// The on-disk cache, if the host has one.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
+    /// The shared engine.
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.engine
+    }
+
+    /// Notifications of every change of state of a source (swap, load, failure).
+    pub fn subscribe(&self) -> broadcast::Receiver<SourceRef> {
+        self.changes.subscribe()
+    }
+
+    /// The state of one source.
+    pub fn get(&self, source: &SourceRef) -> PluginState {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(source)
+            .map(|e| PluginState {
+                current: e.current.clone(),
+                last_error: e.last_error.clone(),
+            })
+            .unwrap_or_default()
+    }
+
+    /// The state of every source, sorted by reference.
+    pub fn snapshot(&self) -> Vec<(SourceRef, PluginState)> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = entries
+            .iter()
+            .map(|(s, e)| {
+                (
+                    s.clone(),
+                    PluginState {
+                        current: e.current.clone(),
+                        last_error: e.last_error.clone(),
+                    },
+                )
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Records that fetching `source` failed; the version in service stays.
+    pub fn record_failure(&self, source: &SourceRef, error: LoadError) {
+        self.metrics.load("error", error.reason());
+        tracing::warn!(source = %source, reason = error.reason(), error = %error, "plugin source failed; keeping the version in service");
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        entries.entry(source.clone()).or_default().last_error = Some(error);
+        drop(entries);
+        let _ = self.changes.send(source.clone());
+    }
+
+    /// Compiles and validates `fetched` beside the version in service and swaps it in, or
+    /// records why it was refused.
+    pub async fn offer(self: &Arc<Self>, source: &SourceRef, fetched: Fetched) -> Offer {
+        let known_bad = {
+            let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.get(source);
+            if let Some(current) = entry.and_then(|e| e.current.clone())
+                && current.compiled.digest == fetched.digest
+            {
+                drop(entries);
+                self.clear_error(source);
+                return Offer::Unchanged(current);
+            }
+            entry.and_then(|e| {
+                e.failed
+                    .iter()
+                    .find(|(d, _)| *d == fetched.digest)
+                    .map(|(_, err)| err.clone())
+            })
+        };
+        if let Some(error) = known_bad {
+            self.set_error(source, error.clone(), false);
+            return Offer::Rejected(error);
+        }
+
+        let this = Arc::clone(self);
+        let source_name = source.to_string();
+        let digest = fetched.digest.clone();
+        let compiled = tokio::task::spawn_blocking(move || {
+            let result = CompiledPlugin::prepare(
+                &this.engine,
+                this.cache.as_ref(),
+                &source_name,
+                &fetched.bytes,
+                fetched.digest.clone(),
+            );
+            if result.is_ok()
+                && let Some(cache) = &this.cache
+            {
+                cache.store_blob(&fetched.digest, &fetched.bytes);
+            }
+            result
+        })
+        .await
+        .unwrap_or_else(|join| {
+            Err(LoadError::Compile {
+                source_ref: source.to_string(),
+                message: format!("compile task failed: {join}"),
+            })
+        });
+
+        let compiled = match compiled {
+            Ok(compiled) => compiled,
+            Err(error) => {
+                self.metrics.load("error", error.reason());
+                tracing::warn!(source = %source, %digest, reason = error.reason(), error = %error, "plugin version rejected; keeping the version in service");
+                self.remember_failure(source, digest, error.clone());
+                let _ = self.changes.send(source.clone());
+                return Offer::Rejected(error);
+            }
+        };
+        self.metrics
+            .compiled(compiled.compile_time.as_secs_f64(), compiled.from_cache);
+        self.metrics.load("ok", "Loaded");
+        let loaded = Arc::new(LoadedPlugin {
+            source: source.clone(),
+            compiled,
+            loaded_at: Utc::now(),
+            engine: Arc::clone(&self.engine),
+            metrics: self.metrics.clone(),
+        });
+        let previous = {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.entry(source.clone()).or_default();
+            entry.last_error = None;
+            entry.current.replace(Arc::clone(&loaded))
+        };
+        let _ = self.changes.send(source.clone());
+        let c = &loaded.compiled;
+        match previous {
+            Some(previous) => {
+                self.metrics.swap();
+                tracing::info!(source = %source, from = %previous.compiled.digest, to = %c.digest, compile_ms = c.compile_time.as_millis() as u64, cached = c.from_cache, "plugin swapped");
+                Offer::Swapped {
+                    from: previous.compiled.digest.clone(),
+                    to: loaded,
+                }
+            }
+            None => {
+                tracing::info!(source = %source, digest = %c.digest, plugin = %c.metadata.name, capabilities = ?c.capabilities, compile_ms = c.compile_time.as_millis() as u64, cached = c.from_cache, "plugin loaded");
+                Offer::Loaded(loaded)
+            }
+        }
+    }
+
+    fn clear_error(&self, source: &SourceRef) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = entries.get_mut(source)
+            && entry.last_error.take().is_some()
+        {
+            drop(entries);
+            let _ = self.changes.send(source.clone());
+        }
+    }
+
+    fn set_error(&self, source: &SourceRef, error: LoadError, notify: bool) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        entries.entry(source.clone()).or_default().last_error = Some(error);
+        drop(entries);
+        if notify {
+            let _ = self.changes.send(source.clone());
+        }
+    }
+
+    fn remember_failure(&self, source: &SourceRef, digest: Digest, error: LoadError) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.entry(source.clone()).or_default();
+        entry.last_error = Some(error.clone());
+        entry.failed.retain(|(d, _)| *d != digest);
+        entry.failed.push((digest, error));
+        if entry.failed.len() > REMEMBERED_FAILURES {
+            entry.failed.remove(0);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The per-call sandbox: what one Store holds. WASI is deny-by-default (no preopens, env, args
+//! or sockets); stdout, stderr and the `log` import go to host tracing, tagged with the plugin
+//! and the App; linear memory is capped.
+
+use wasmtime::{ResourceLimiter, component::ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
+
+use super::{bindings::wasmop::plugin::log, limits::MAX_STDIO_BYTES};
+
+/// Who is calling, for the tags on every line the plugin logs.
+#[derive(Debug, Clone, Default)]
+pub struct CallTags {
+    /// Plugin name and short digest.
+    pub plugin: String,
+    /// `namespace/name` of the App the call is for, if any.
+    pub app: String,
+}
+
+/// The data of one Store: one call's worth of state, dropped with the Store.
+pub struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    tags: CallTags,
+}
+
+impl CallState {
+    /// A fresh sandbox with the memory cap `memory_bytes`.
+    pub fn new(tags: CallTags, memory_bytes: u64) -> Self {
+        let stdout = MemoryOutputPipe::new(MAX_STDIO_BYTES);
+        let stderr = MemoryOutputPipe::new(MAX_STDIO_BYTES);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                cap: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
+                exceeded: false,
+            },
+            stdout,
+            stderr,
+            tags,
+        }
+    }
+
+    /// The limiter to install with `Store::limiter`.
+    pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.memory
+    }
+
+    /// Whether the guest tried to grow past its memory cap during the call.
+    pub fn memory_exceeded(&self) -> bool {
+        self.memory.exceeded
+    }
+
+    /// Forwards what the guest printed to tracing and returns its last words on stderr, which
+    /// is where a Rust guest's panic message ends up.
+    pub fn flush_stdio(&self) -> Option<String> {
+        let out = self.stdout.contents();
+        for line in String::from_utf8_lossy(&out)
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            tracing::info!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stdout", "{line}");
+        }
+        let err = self.stderr.contents();
+        let err = String::from_utf8_lossy(&err);
+        for line in err.lines().filter(|l| !l.is_empty()) {
+            tracing::warn!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stderr", "{line}");
+        }
+        // A Rust panic prints "thread '..' panicked at file:line:col:" then the message, then a
+        // hint about RUST_BACKTRACE that says nothing about the plugin.
+        let words: Vec<&str> = err
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+            .collect();
+        let last = &words[words.len().saturating_sub(2)..];
+        (!last.is_empty()).then(|| last.join(" "))
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The host implementation of the `log` import: structured events into tracing.
+impl log::Host for CallState {
+    fn emit(&mut self, level: log::Level, message: String, fields: Vec<log::Field>) {
+        let fields = fields
+            .iter()
+            .map(|f| format!("{}={}", f.key, f.value))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (plugin, app) = (&self.tags.plugin, &self.tags.app);
+        match level {
+            log::Level::Trace => tracing::trace!(%plugin, %app, %fields, "{message}"),
+            log::Level::Debug => tracing::debug!(%plugin, %app, %fields, "{message}"),
+            log::Level::Info => tracing::info!(%plugin, %app, %fields, "{message}"),
+            log::Level::Warn => tracing::warn!(%plugin, %app, %fields, "{message}"),
+            log::Level::Error => tracing::error!(%plugin, %app, %fields, "{message}"),
+        }
+    }
+}
+
+/// Caps linear memory and remembers that the cap was hit, so that the trap a refused growth
+/// causes in the guest (Rust aborts on allocation failure) is reported as what it is.
+struct MemoryCap {
+    cap: usize,
+    exceeded: bool,
+}
+
+/// Tables hold function references; no honest plugin needs more than this.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}

@@ -1,0 +1,294 @@
+//! Keeps every source in use fresh: polls OCI tags, watches ConfigMaps and files, and offers
+//! each new version to the [`PluginRegistry`]. At start-up an OCI source whose registry is
+//! unreachable is served from the on-disk cache.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use notify::Watcher as _;
+use tokio::{sync::mpsc, task::JoinHandle};
+
+use super::{
+    Digest,
+    registry::{Offer, PluginRegistry},
+    source::{Fetched, SourceRef, config_map, fetch_error, file, oci::OciSource},
+};
+
+/// Starts and stops one driver task per source in use.
+pub struct SourceWatcher {
+    registry: Arc<PluginRegistry>,
+    oci: Arc<OciSource>,
+    client: Option<Client>,
+    poll_interval: Duration,
+    allow_files: bool,
+    tasks: Mutex<HashMap<SourceRef, JoinHandle<()>>>,
+}
+
+impl SourceWatcher {
+    /// A watcher offering versions to `registry`; `client` is needed for ConfigMap sources.
+    pub fn new(
+        registry: Arc<PluginRegistry>,
+        oci: Arc<OciSource>,
+        client: Option<Client>,
+        poll_interval: Duration,
+        allow_files: bool,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            registry,
+            oci,
+            client,
+            poll_interval,
+            allow_files,
+            tasks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes sure `source` is being fetched and followed; cheap when it already is.
+    pub fn ensure(&self, source: &SourceRef) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if tasks.get(source).is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let registry = Arc::clone(&self.registry);
+        let task = match source.clone() {
+            SourceRef::Oci(reference) => tokio::spawn(drive_oci(
+                registry,
+                Arc::clone(&self.oci),
+                source.clone(),
+                reference,
+                self.poll_interval,
+            )),
+            SourceRef::ConfigMap {
+                namespace,
+                name,
+                key,
+            } => match &self.client {
+                Some(client) => tokio::spawn(drive_config_map(
+                    registry,
+                    client.clone(),
+                    source.clone(),
+                    namespace,
+                    name,
+                    key,
+                )),
+                None => {
+                    registry.record_failure(
+                        source,
+                        fetch_error(source, "ConfigMap sources need a Kubernetes client"),
+                    );
+                    return;
+                }
+            },
+            SourceRef::File(path) if self.allow_files => {
+                tokio::spawn(drive_file(registry, source.clone(), path))
+            }
+            SourceRef::File(_) => {
+                registry.record_failure(
+                    source,
+                    fetch_error(
+                        source,
+                        "file sources are disabled; start the host with --allow-file-sources",
+                    ),
+                );
+                return;
+            }
+        };
+        tasks.insert(source.clone(), task);
+    }
+
+    /// Stops following sources no longer in `in_use`.
+    pub fn retain(&self, in_use: &[SourceRef]) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|source, task| {
+            let keep = in_use.contains(source);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+    }
+}
+
+async fn offer(registry: &Arc<PluginRegistry>, source: &SourceRef, fetched: Fetched) -> bool {
+    !matches!(registry.offer(source, fetched).await, Offer::Rejected(_))
+}
+
+/// Loads the version the cache last saw for `reference`, for when the registry cannot be
+/// reached; returns whether it did.
+async fn offer_from_cache(
+    registry: &Arc<PluginRegistry>,
+    source: &SourceRef,
+    reference: &str,
+) -> bool {
+    let Some(cache) = registry.cache() else {
+        return false;
+    };
+    let pinned = reference
+        .rsplit_once('@')
+        .and_then(|(_, d)| Digest::parse(d).ok());
+    let Some(digest) = cache.recall_ref(reference).or(pinned) else {
+        return false;
+    };
+    let Some(bytes) = cache.load_blob(&digest) else {
+        return false;
+    };
+    tracing::info!(source = %source, %digest, "serving the plugin from the on-disk cache");
+    offer(registry, source, Fetched { bytes, digest }).await
+}
+
+async fn drive_oci(
+    registry: Arc<PluginRegistry>,
+    oci: Arc<OciSource>,
+    source: SourceRef,
+    reference: String,
+    poll: Duration,
+) {
+    let pinned = OciSource::is_pinned(&reference);
+    // A digest reference is immutable: if the cache has it, the registry need not be asked.
+    if pinned && offer_from_cache(&registry, &source, &reference).await {
+        return;
+    }
+    let mut last_manifest: Option<String> = None;
+    loop {
+        let changed = match oci.resolve(&source, &reference).await {
+            Ok(resolved) => {
+                (last_manifest.as_ref() != Some(&resolved.manifest)).then_some(resolved)
+            }
+            Err(error) => {
+                if registry.get(&source).current.is_none() {
+                    offer_from_cache(&registry, &source, &reference).await;
+                }
+                registry.record_failure(&source, error);
+                None
+            }
+        };
+        if changed.is_some() {
+            match oci.fetch(&source, &reference).await {
+                Ok((resolved, fetched)) => {
+                    let digest = fetched.digest.clone();
+                    last_manifest = Some(resolved.manifest);
+                    if offer(&registry, &source, fetched).await
+                        && let Some(cache) = registry.cache()
+                    {
+                        cache.remember_ref(&reference, &digest);
+                    }
+                }
+                Err(error) => registry.record_failure(&source, error),
+            }
+        }
+        if pinned && registry.get(&source).current.is_some() {
+            return;
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+async fn drive_config_map(
+    registry: Arc<PluginRegistry>,
+    client: Client,
+    source: SourceRef,
+    namespace: String,
+    name: String,
+    key: String,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut seen_any = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
+                seen_any = true;
+                match config_map::extract(&source, &cm, &key) {
+                    Ok(fetched) => {
+                        offer(&registry, &source, fetched).await;
+                    }
+                    Err(error) => registry.record_failure(&source, error),
+                }
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                registry.record_failure(
+                    &source,
+                    fetch_error(&source, format!("ConfigMap {namespace}/{name} was deleted")),
+                );
+            }
+            Ok(watcher::Event::InitDone) if !seen_any => {
+                registry.record_failure(
+                    &source,
+                    fetch_error(
+                        &source,
+                        format!("ConfigMap {namespace}/{name} does not exist"),
+                    ),
+                );
+            }
+            Ok(_) => {}
+            Err(err) => registry.record_failure(
+                &source,
+                fetch_error(
+                    &source,
+                    format!("watching ConfigMap {namespace}/{name}: {err}"),
+                ),
+            ),
+        }
+    }
+}
+
+/// Editors and `cargo build` replace files in several steps; wait this long after the last event.
+const FILE_SETTLE: Duration = Duration::from_millis(100);
+
+async fn drive_file(registry: Arc<PluginRegistry>, source: SourceRef, path: PathBuf) {
+    let (tx, mut rx) = mpsc::channel::<()>(16);
+    let target = path.clone();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| e.paths.iter().any(|p| p.file_name() == target.file_name())) {
+            let _ = tx.try_send(());
+        }
+    });
+    // Watch the directory: the file itself is often replaced by a rename.
+    let dir = path
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let _watcher = match watcher {
+        Ok(mut w) => match w.watch(&dir, notify::RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(err) => {
+                registry.record_failure(
+                    &source,
+                    fetch_error(&source, format!("watching {}: {err}", dir.display())),
+                );
+                None
+            }
+        },
+        Err(err) => {
+            registry.record_failure(
+                &source,
+                fetch_error(&source, format!("starting a file watcher: {err}")),
+            );
+            None
+        }
+    };
+    loop {
+        match file::read(&source, &path).await {
+            Ok(fetched) => {
+                offer(&registry, &source, fetched).await;
+            }
+            Err(error) => registry.record_failure(&source, error),
+        }
+        if rx.recv().await.is_none() {
+            return;
+        }
+        tokio::time::sleep(FILE_SETTLE).await;
+        while rx.try_recv().is_ok() {}
+    }
+}

@@ -1,0 +1,112 @@
+//! Apply and prune: server-side apply of a guarded plan with the host's field manager, owner
+//! reference and labels; deletion of owned objects the plan no longer contains (never claims,
+//! never backup Jobs — those follow `finalize` and the backup schedule).
+
+use std::collections::BTreeSet;
+
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+use super::{
+    fetch::{APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject},
+    guard::{Guarded, Kind, PLANNABLE},
+};
+use crate::{app::App, crd_install::FIELD_MANAGER};
+
+fn api_resource(kind: &Kind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(kind.group, kind.version, kind.kind),
+        kind.plural,
+    )
+}
+
+/// The owner reference every object of `app` carries.
+pub fn owner_reference(app: &App) -> Value {
+    json!({
+        "apiVersion": App::api_version(&()),
+        "kind": App::kind(&()),
+        "name": app.name_any(),
+        "uid": app.uid().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// Adds the host's labels and owner reference to `object`.
+pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
+    let metadata = object.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(metadata) = metadata.as_object_mut() {
+        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
+            labels.insert(APP_LABEL.into(), Value::String(app.name_any()));
+        }
+        metadata.insert("ownerReferences".into(), json!([owner_reference(app)]));
+    }
+}
+
+/// Server-side applies every object of the plan.
+pub async fn apply(
+    client: &Client,
+    app: &App,
+    plan: Vec<Guarded>,
+) -> Result<(), (String, kube::Error)> {
+    let namespace = app.namespace().unwrap_or_default();
+    for Guarded {
+        kind,
+        name,
+        mut object,
+    } in plan
+    {
+        stamp(app, &mut object);
+        let ar = api_resource(kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ar);
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(Value::Object(object)),
+        )
+        .await
+        .map_err(|err| (format!("{}/{name}", kind.kind), err))?;
+    }
+    Ok(())
+}
+
+/// Deletes owned objects of plannable kinds that the plan does not contain; returns what it
+/// deleted, as `Kind/name`.
+pub async fn prune(
+    client: &Client,
+    app: &App,
+    planned: &BTreeSet<(String, String)>,
+    observed: &[ObservedObject],
+) -> Result<Vec<String>, (String, kube::Error)> {
+    let namespace = app.namespace().unwrap_or_default();
+    let mut deleted = Vec::new();
+    for object in observed {
+        let keep = !object.owned
+            || object.backup_slot.is_some()
+            || object.kind == "PersistentVolumeClaim"
+            || planned.contains(&(object.kind.clone(), object.name.clone()));
+        if keep {
+            continue;
+        }
+        let Some(kind) = PLANNABLE
+            .iter()
+            .find(|k| k.kind == object.kind && k.api_version() == object.api_version)
+        else {
+            continue;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &api_resource(kind));
+        let label = format!("{}/{}", kind.kind, object.name);
+        match api.delete(&object.name, &DeleteParams::background()).await {
+            Ok(_) => deleted.push(label),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err((label, err)),
+        }
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,124 @@
+//! Fetch: what the host observes for an App, read from reflector caches (never the API server
+//! directly): its owned objects, the Pods and claims its workloads made, its backup Jobs.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    batch::v1::Job,
+    core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::{Resource, ResourceExt, runtime::reflector::Store};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The label every object of an App carries.
+pub const APP_LABEL: &str = "wasmop.dev/app";
+/// The label on the host's backup Jobs: which slot they ran for.
+pub const BACKUP_SLOT_LABEL: &str = "wasmop.dev/backup-slot";
+/// The label naming who manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Our value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "wasmop";
+
+/// Reflector caches of every kind the host observes.
+#[derive(Clone)]
+pub struct Stores {
+    /// StatefulSets managed by wasmop.
+    pub statefulsets: Store<StatefulSet>,
+    /// Deployments managed by wasmop.
+    pub deployments: Store<Deployment>,
+    /// Services managed by wasmop.
+    pub services: Store<Service>,
+    /// ConfigMaps managed by wasmop.
+    pub configmaps: Store<ConfigMap>,
+    /// ServiceAccounts managed by wasmop.
+    pub serviceaccounts: Store<ServiceAccount>,
+    /// PodDisruptionBudgets managed by wasmop.
+    pub pdbs: Store<PodDisruptionBudget>,
+    /// Jobs managed by wasmop (planned ones and backups).
+    pub jobs: Store<Job>,
+    /// Pods of App workloads.
+    pub pods: Store<Pod>,
+    /// Claims of App workloads.
+    pub pvcs: Store<PersistentVolumeClaim>,
+}
+
+/// An observed object, as JSON for the plugin, with what the host needs to know about it.
+#[derive(Debug, Clone)]
+pub struct ObservedObject {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// Whether the App is its controlling owner.
+    pub owned: bool,
+    /// The backup slot label, for backup Jobs.
+    pub backup_slot: Option<String>,
+    /// The object as JSON, without `managedFields` (noise to a plugin).
+    pub json: Value,
+}
+
+fn collect<K>(
+    out: &mut Vec<ObservedObject>,
+    store: &Store<K>,
+    namespace: &str,
+    app: &str,
+    app_uid: &str,
+) where
+    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
+{
+    for object in store.state() {
+        if object.namespace().as_deref() != Some(namespace)
+            || object.labels().get(APP_LABEL).map(String::as_str) != Some(app)
+        {
+            continue;
+        }
+        let owned = object
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == app_uid && o.controller == Some(true));
+        let Ok(mut json) = serde_json::to_value(Arc::as_ref(&object)) else {
+            continue;
+        };
+        if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+        }
+        if let Some(map) = json.as_object_mut() {
+            map.insert(
+                "apiVersion".into(),
+                Value::String(K::api_version(&()).into_owned()),
+            );
+            map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
+        }
+        out.push(ObservedObject {
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            name: object.name_any(),
+            owned,
+            backup_slot: object.labels().get(BACKUP_SLOT_LABEL).cloned(),
+            json,
+        });
+    }
+}
+
+impl Stores {
+    /// Everything observed for the App `name` (uid `uid`) in `namespace`, sorted by kind and name.
+    pub fn observe(&self, namespace: &str, name: &str, uid: &str) -> Vec<ObservedObject> {
+        let mut out = Vec::new();
+        collect(&mut out, &self.statefulsets, namespace, name, uid);
+        collect(&mut out, &self.deployments, namespace, name, uid);
+        collect(&mut out, &self.services, namespace, name, uid);
+        collect(&mut out, &self.configmaps, namespace, name, uid);
+        collect(&mut out, &self.serviceaccounts, namespace, name, uid);
+        collect(&mut out, &self.pdbs, namespace, name, uid);
+        collect(&mut out, &self.jobs, namespace, name, uid);
+        collect(&mut out, &self.pods, namespace, name, uid);
+        collect(&mut out, &self.pvcs, namespace, name, uid);
+        out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+        out
+    }
+}

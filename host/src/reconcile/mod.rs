@@ -1,0 +1,827 @@
+//! The reconcile of one App, one stage per module:
+//! [`fetch`] → plan (the plugin) → [`guard`] → [`apply`] (and prune) → health → [`backup`] →
+//! [`upgrade`] → [`status`]. Level-triggered and idempotent: running it twice changes nothing.
+//! A failing plugin leaves the App's objects untouched and says why in its status; other Apps
+//! are unaffected. Deletion runs the plugin's `finalize` behind the `wasmop.dev/cleanup`
+//! finalizer.
+
+pub mod apply;
+pub mod backup;
+pub mod fetch;
+pub mod guard;
+pub mod status;
+pub mod upgrade;
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use k8s_openapi::{api::core::v1::PersistentVolumeClaim, jiff::Timestamp};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::DeleteParams,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType, Recorder},
+        finalizer::{self, finalizer},
+    },
+};
+use serde_json::Value;
+
+use crate::{
+    app::{App, AppStatus, PluginStatus},
+    plugin::{
+        CallError,
+        call::{AppContext, GateDecision, HealthState},
+        limits::CallLimits,
+        registry::{LoadedPlugin, PluginRegistry},
+        sandbox::CallTags,
+        source::SourceRef,
+        watch::SourceWatcher,
+    },
+};
+use fetch::Stores;
+use status::Cond;
+
+/// The finalizer that guards an App's cleanup.
+pub const FINALIZER: &str = "wasmop.dev/cleanup";
+
+/// When nothing else asks for a reconcile, check again this often (level-triggered safety net).
+const RESYNC: Duration = Duration::from_secs(300);
+/// While waiting for a plugin to load or a rollout to finish, look again this soon.
+const SHORT_REQUEUE: Duration = Duration::from_secs(5);
+
+/// What every reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Reflector caches.
+    pub stores: Stores,
+    /// Loaded plugins.
+    pub plugins: Arc<PluginRegistry>,
+    /// Follows the plugin sources in use.
+    pub sources: Arc<SourceWatcher>,
+    /// Publishes Events.
+    pub recorder: Recorder,
+}
+
+/// Why a reconcile failed; the controller retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("App {app}: {what}: {source}")]
+    Kube {
+        /// `namespace/name` of the App.
+        app: String,
+        /// What the host was doing.
+        what: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The finalizer helper failed.
+    #[error("App {app}: finalizer: {message}")]
+    Finalizer {
+        /// `namespace/name` of the App.
+        app: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The metrics label of this error.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Kube { .. } => "kube",
+            Self::Finalizer { .. } => "finalizer",
+        }
+    }
+}
+
+fn app_key(app: &App) -> String {
+    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any())
+}
+
+fn kube_err(app: &App, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let app = app_key(app);
+    let what = what.into();
+    move |source| Error::Kube { app, what, source }
+}
+
+/// Reconciles one App (the controller's entry point).
+pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = app.namespace().unwrap_or_default();
+    let api: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = app_key(&app);
+    finalizer(&api, FINALIZER, app, |event| async {
+        match event {
+            finalizer::Event::Apply(app) => apply_app(&app, &ctx, &api).await,
+            finalizer::Event::Cleanup(app) => cleanup_app(&app, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|err| match err {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer {
+            app: key,
+            message: other.to_string(),
+        },
+    })
+}
+
+/// What the controller does after a failed reconcile.
+pub fn error_policy(app: Arc<App>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(app = %app_key(&app), reason = error.metric_label(), error = %error, "reconcile failed");
+    Action::requeue(SHORT_REQUEUE)
+}
+
+fn tags(loaded: &LoadedPlugin, app: &App) -> CallTags {
+    CallTags {
+        plugin: loaded.compiled.label(),
+        app: app_key(app),
+    }
+}
+
+fn now_ms() -> i64 {
+    Timestamp::now().as_millisecond()
+}
+
+/// Everything a reconcile decided, for the status writer.
+struct Outcome {
+    conditions: Vec<Cond>,
+    version: Option<String>,
+    upgrade: Option<crate::app::UpgradeStatus>,
+    last_backup: Option<crate::app::BackupStatus>,
+    requeue: Duration,
+    phase: &'static str,
+}
+
+async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, Error> {
+    let previous = app.status.clone().unwrap_or_default();
+    let source = match SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
+    {
+        Ok(source) => source,
+        Err(message) => {
+            let outcome = Outcome {
+                conditions: vec![Cond::new("PluginReady", false, "InvalidSource", message)],
+                version: previous.version.clone(),
+                upgrade: previous.upgrade.clone(),
+                last_backup: previous.last_backup.clone(),
+                requeue: RESYNC,
+                phase: "Failed",
+            };
+            return finish(app, ctx, api, &previous, None, outcome).await;
+        }
+    };
+    ctx.sources.ensure(&source);
+    let state = ctx.plugins.get(&source);
+    let Some(loaded) = state.current.clone() else {
+        let (reason, message) = match &state.last_error {
+            Some(err) => (err.reason(), err.to_string()),
+            None => ("Loading", format!("loading plugin {source}")),
+        };
+        let outcome = Outcome {
+            conditions: vec![Cond::new("PluginReady", false, reason, message)],
+            version: previous.version.clone(),
+            upgrade: previous.upgrade.clone(),
+            last_backup: previous.last_backup.clone(),
+            requeue: SHORT_REQUEUE,
+            phase: "Pending",
+        };
+        return finish(app, ctx, api, &previous, None, outcome).await;
+    };
+    let plugin_ready = match &state.last_error {
+        None => Cond::new(
+            "PluginReady",
+            true,
+            "Loaded",
+            format!("{} serving", loaded.compiled.label()),
+        ),
+        Some(err) => Cond::new(
+            "PluginReady",
+            true,
+            "LastGoodKept",
+            format!(
+                "{} serving; the newest version was refused: {err}",
+                loaded.compiled.label()
+            ),
+        ),
+    };
+
+    let outcome = match run_stages(app, ctx, &loaded, plugin_ready.clone(), &previous).await? {
+        Ok(outcome) => outcome,
+        Err(failure) => {
+            // A failing plugin or a rejected plan: touch nothing, say why, retry later.
+            let outcome = Outcome {
+                conditions: vec![
+                    plugin_ready,
+                    Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
+                ],
+                version: previous.version.clone(),
+                upgrade: previous.upgrade.clone(),
+                last_backup: previous.last_backup.clone(),
+                requeue: SHORT_REQUEUE,
+                phase: "Degraded",
+            };
+            return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
+        }
+    };
+    finish(app, ctx, api, &previous, Some(&loaded), outcome).await
+}
+
+/// A failure that stops the stages without touching the App's objects.
+struct Failure {
+    reason: String,
+    message: String,
+}
+
+impl From<CallError> for Failure {
+    fn from(err: CallError) -> Self {
+        Self {
+            reason: err.reason().to_string(),
+            message: err.to_string(),
+        }
+    }
+}
+
+async fn run_stages(
+    app: &App,
+    ctx: &Context,
+    loaded: &Arc<LoadedPlugin>,
+    plugin_ready: Cond,
+    previous: &AppStatus,
+) -> Result<Result<Outcome, Failure>, Error> {
+    let namespace = app.namespace().unwrap_or_default();
+    let name = app.name_any();
+    let uid = app.uid().unwrap_or_default();
+    let limits = CallLimits::with_overrides(
+        app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
+        app.spec.limits.as_ref().and_then(|l| l.memory_mib),
+    );
+    let caps = &loaded.compiled.capabilities;
+    use crate::plugin::Capability as C;
+
+    // fetch
+    let observed = ctx.stores.observe(&namespace, &name, &uid);
+    let app_json = Arc::new(serde_json::to_value(app).unwrap_or(Value::Null));
+    let observed_json: Arc<Vec<Value>> =
+        Arc::new(observed.iter().map(|o| o.json.clone()).collect());
+    let now = now_ms();
+
+    // upgrade: which version to render
+    let desired = app.spec.version.clone();
+    let mut upgrade_record = None;
+    let mut gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+    let render = match upgrade::step(
+        &desired,
+        previous.version.as_deref(),
+        previous.upgrade.as_ref(),
+    ) {
+        upgrade::Step::Steady { version } => version,
+        upgrade::Step::Rolling { from, to } => {
+            gate_cond = Cond::new(
+                "UpgradeGated",
+                false,
+                "Allowed",
+                format!("rolling out {from} -> {to}"),
+            );
+            upgrade_record = previous.upgrade.clone();
+            to
+        }
+        upgrade::Step::AskGate { from, to } => {
+            let decision = if caps.contains(&C::Upgrade) {
+                let (a, o, f, t, l, tg) = (
+                    app_json.clone(),
+                    observed_json.clone(),
+                    from.clone(),
+                    to.clone(),
+                    limits,
+                    tags(loaded, app),
+                );
+                match loaded
+                    .run("upgrade", move |p, e| {
+                        p.call_upgrade(
+                            e,
+                            &l,
+                            tg,
+                            AppContext {
+                                app: &a,
+                                observed: &o,
+                                now_ms: now,
+                            },
+                            &f,
+                            &t,
+                        )
+                    })
+                    .await
+                {
+                    Ok(decision) => decision,
+                    Err(err) => return Ok(Err(err.into())),
+                }
+            } else {
+                GateDecision::Allow
+            };
+            let (render, record) = upgrade::after_gate(&from, &to, &decision);
+            gate_cond = match &decision {
+                GateDecision::Allow => Cond::new(
+                    "UpgradeGated",
+                    false,
+                    "Allowed",
+                    format!("rolling out {from} -> {to}"),
+                ),
+                GateDecision::Wait(reason) => Cond::new(
+                    "UpgradeGated",
+                    true,
+                    "Waiting",
+                    format!("holding {from}: {reason}"),
+                ),
+                GateDecision::Deny(reason) => Cond::new(
+                    "UpgradeGated",
+                    true,
+                    "Denied",
+                    format!("{from} -> {to} refused: {reason}"),
+                ),
+            };
+            if previous.upgrade.as_ref().map(|u| (&u.state, &u.to))
+                != Some((&record.state, &record.to))
+            {
+                publish(
+                    ctx,
+                    app,
+                    EventType::Normal,
+                    "UpgradeGate",
+                    &format!("{from} -> {to}: {}", record.state),
+                )
+                .await;
+            }
+            upgrade_record = Some(record);
+            render
+        }
+    };
+
+    // plan
+    if !caps.contains(&C::SpecDiff) {
+        return Ok(Err(Failure {
+            reason: "CapabilityMissing".into(),
+            message: format!(
+                "{} does not implement spec-diff; nothing to plan",
+                loaded.compiled.label()
+            ),
+        }));
+    }
+    let current = previous.version.clone();
+    let plan = {
+        let (a, o, l, tg, r) = (
+            app_json.clone(),
+            observed_json.clone(),
+            limits,
+            tags(loaded, app),
+            render.clone(),
+        );
+        match loaded
+            .run("spec-diff", move |p, e| {
+                p.call_plan(
+                    e,
+                    &l,
+                    tg,
+                    AppContext {
+                        app: &a,
+                        observed: &o,
+                        now_ms: now,
+                    },
+                    current.as_deref(),
+                    &r,
+                )
+            })
+            .await
+        {
+            Ok(plan) => plan,
+            Err(err) => return Ok(Err(err.into())),
+        }
+    };
+
+    // guard
+    let guarded = match guard::check(&namespace, plan.objects) {
+        Ok(guarded) => guarded,
+        Err(err) => {
+            publish(
+                ctx,
+                app,
+                EventType::Warning,
+                "PlanRejected",
+                &err.to_string(),
+            )
+            .await;
+            return Ok(Err(Failure {
+                reason: "PlanRejected".into(),
+                message: err.to_string(),
+            }));
+        }
+    };
+    let planned: BTreeSet<(String, String)> = guarded
+        .iter()
+        .map(|g| (g.kind.kind.to_string(), g.name.clone()))
+        .collect();
+
+    // apply, prune
+    if let Err((object, source)) = apply::apply(&ctx.client, app, guarded).await {
+        if let kube::Error::Api(status) = &source
+            && (status.code == 422 || status.code == 400)
+        {
+            let message = format!("applying {object}: {}", status.message);
+            publish(ctx, app, EventType::Warning, "ApplyRejected", &message).await;
+            return Ok(Err(Failure {
+                reason: "ApplyRejected".into(),
+                message,
+            }));
+        }
+        return Err(Error::Kube {
+            app: app_key(app),
+            what: format!("applying {object}"),
+            source,
+        });
+    }
+    let pruned = apply::prune(&ctx.client, app, &planned, &observed)
+        .await
+        .map_err(|(object, source)| Error::Kube {
+            app: app_key(app),
+            what: format!("pruning {object}"),
+            source,
+        })?;
+    if !pruned.is_empty() {
+        publish(
+            ctx,
+            app,
+            EventType::Normal,
+            "Pruned",
+            &format!("deleted {}", pruned.join(", ")),
+        )
+        .await;
+    }
+
+    // health
+    let mut conditions = vec![plugin_ready];
+    let mut version = previous.version.clone();
+    let mut phase = "Ready";
+    let mut requeue = plan.requeue_after.unwrap_or(RESYNC);
+    if caps.contains(&C::Health) {
+        let (a, o, l, tg, r) = (
+            app_json.clone(),
+            observed_json.clone(),
+            limits,
+            tags(loaded, app),
+            render.clone(),
+        );
+        let report = match loaded
+            .run("health", move |p, e| {
+                p.call_health(
+                    e,
+                    &l,
+                    tg,
+                    AppContext {
+                        app: &a,
+                        observed: &o,
+                        now_ms: now,
+                    },
+                    &r,
+                )
+            })
+            .await
+        {
+            Ok(report) => report,
+            Err(err) => return Ok(Err(err.into())),
+        };
+        let (available, progressing, degraded) = match report.state {
+            HealthState::Healthy => (true, false, false),
+            HealthState::Progressing => (false, true, false),
+            HealthState::Degraded => (false, false, true),
+        };
+        let reason = match report.state {
+            HealthState::Healthy => "Healthy",
+            HealthState::Progressing => "Progressing",
+            HealthState::Degraded => "Degraded",
+        };
+        conditions.push(Cond::new(
+            "Available",
+            available,
+            reason,
+            report.message.clone(),
+        ));
+        conditions.push(Cond::new(
+            "Progressing",
+            progressing
+                || upgrade_record
+                    .as_ref()
+                    .is_some_and(|u| u.state == "Allowed"),
+            reason,
+            report.message.clone(),
+        ));
+        conditions.push(Cond::new(
+            "Degraded",
+            degraded,
+            reason,
+            report.message.clone(),
+        ));
+        for c in report.conditions {
+            conditions.push(Cond {
+                type_: c.type_,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            });
+        }
+        if report.rollout_complete {
+            if version.as_deref() != Some(render.as_str()) {
+                publish(
+                    ctx,
+                    app,
+                    EventType::Normal,
+                    "RolledOut",
+                    &format!("version {render} rolled out"),
+                )
+                .await;
+            }
+            version = Some(render.clone());
+        } else {
+            requeue = requeue.min(SHORT_REQUEUE);
+        }
+        phase = match report.state {
+            HealthState::Healthy if report.rollout_complete => "Ready",
+            HealthState::Degraded => "Degraded",
+            _ => "Progressing",
+        };
+    } else {
+        conditions.push(Cond::new(
+            "Available",
+            true,
+            "Applied",
+            "the plan is applied (the plugin has no health check)",
+        ));
+        conditions.push(Cond::new("Progressing", false, "Applied", ""));
+        conditions.push(Cond::new("Degraded", false, "Applied", ""));
+        version = Some(render.clone());
+    }
+    if version.as_deref() == Some(desired.as_str()) {
+        upgrade_record = None;
+        gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+    }
+    conditions.push(gate_cond);
+
+    // backup
+    let mut last_backup = previous.last_backup.clone();
+    if caps.contains(&C::Backup) {
+        let last_completed = backup::last_completed_slot(&observed);
+        let (a, o, l, tg, lc) = (
+            app_json.clone(),
+            observed_json.clone(),
+            limits,
+            tags(loaded, app),
+            last_completed.clone(),
+        );
+        let decision = match loaded
+            .run("backup", move |p, e| {
+                p.call_backup(
+                    e,
+                    &l,
+                    tg,
+                    AppContext {
+                        app: &a,
+                        observed: &o,
+                        now_ms: now,
+                    },
+                    lc.as_deref(),
+                )
+            })
+            .await
+        {
+            Ok(decision) => decision,
+            Err(err) => return Ok(Err(err.into())),
+        };
+        if let Some((slot, job)) = decision.run {
+            let (created, status) =
+                backup::start(&ctx.client, app, &slot, job)
+                    .await
+                    .map_err(kube_err(
+                        app,
+                        format!("starting the backup Job of slot {slot}"),
+                    ))?;
+            if created {
+                publish(
+                    ctx,
+                    app,
+                    EventType::Normal,
+                    "BackupStarted",
+                    &format!("Job {} for slot {slot}", status.job),
+                )
+                .await;
+            }
+            last_backup = Some(status);
+        }
+        if let Some(backup) = &mut last_backup {
+            backup.completed =
+                last_completed.as_deref() == Some(backup.slot.as_str()) || backup.completed;
+        }
+        if !decision.expire.is_empty() {
+            backup::expire(&ctx.client, app, &decision.expire, &observed)
+                .await
+                .map_err(kube_err(app, "expiring backup Jobs"))?;
+        }
+        if let Some(after) = decision.requeue_after {
+            requeue = requeue.min(after.max(Duration::from_secs(1)));
+        }
+    }
+    Ok(Ok(Outcome {
+        conditions,
+        version,
+        upgrade: upgrade_record,
+        last_backup,
+        requeue,
+        phase,
+    }))
+}
+
+async fn finish(
+    app: &App,
+    ctx: &Context,
+    api: &Api<App>,
+    previous: &AppStatus,
+    loaded: Option<&Arc<LoadedPlugin>>,
+    outcome: Outcome,
+) -> Result<Action, Error> {
+    let conditions = status::merge_conditions(
+        &previous.conditions,
+        outcome.conditions,
+        app.metadata.generation,
+        Timestamp::now(),
+    );
+    let plugin = match loaded {
+        Some(loaded) => Some(PluginStatus {
+            reference: loaded.source.to_string(),
+            digest: loaded.compiled.digest.to_string(),
+            short_digest: loaded.compiled.digest.short().to_string(),
+            capabilities: loaded
+                .compiled
+                .capabilities
+                .iter()
+                .map(|c| c.interface().to_string())
+                .collect(),
+            loaded_at: Some(loaded.loaded_at.to_rfc3339()),
+        }),
+        None => previous.plugin.clone(),
+    };
+    if let (Some(old), Some(new)) = (&previous.plugin, &plugin)
+        && old.digest != new.digest
+    {
+        publish(
+            ctx,
+            app,
+            EventType::Normal,
+            "PluginSwapped",
+            &format!("{} -> {}", old.digest, new.digest),
+        )
+        .await;
+    }
+    for c in status::transitions(&previous.conditions, &conditions) {
+        let kind = if (c.type_ == "Degraded" || c.type_ == "UpgradeGated") == (c.status == "True")
+            || (c.type_ != "Degraded" && c.type_ != "UpgradeGated" && c.status != "True")
+        {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(
+            ctx,
+            app,
+            kind,
+            &c.type_,
+            &format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message),
+        )
+        .await;
+    }
+    let status = AppStatus {
+        observed_generation: app.metadata.generation,
+        phase: Some(outcome.phase.to_string()),
+        version: outcome.version,
+        plugin,
+        conditions,
+        last_backup: outcome.last_backup,
+        upgrade: outcome.upgrade,
+    };
+    status::write(api, app, &status)
+        .await
+        .map_err(kube_err(app, "writing status"))?;
+    Ok(Action::requeue(outcome.requeue))
+}
+
+async fn publish(ctx: &Context, app: &App, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
+        tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
+    }
+}
+
+/// Deletion: asks the plugin which retained objects (claims) to delete; owned objects go with
+/// the App through their owner references. Without a plugin or a `finalize` capability,
+/// everything retained is kept: losing data needs an explicit decision.
+async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
+    let namespace = app.namespace().unwrap_or_default();
+    let retained: Vec<Value> = ctx
+        .stores
+        .observe(&namespace, &app.name_any(), &app.uid().unwrap_or_default())
+        .into_iter()
+        .filter(|o| o.kind == "PersistentVolumeClaim")
+        .map(|o| o.json)
+        .collect();
+    let source = SourceRef::from_spec(&namespace, &app.spec.plugin).ok();
+    let loaded = source.and_then(|s| ctx.plugins.get(&s).current);
+    let Some(loaded) = loaded.filter(|l| {
+        l.compiled
+            .capabilities
+            .contains(&crate::plugin::Capability::Finalize)
+    }) else {
+        publish(
+            ctx,
+            app,
+            EventType::Normal,
+            "Finalized",
+            &format!(
+                "kept {} retained objects (no finalize decision)",
+                retained.len()
+            ),
+        )
+        .await;
+        return Ok(Action::await_change());
+    };
+    let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
+    let tg = tags(&loaded, app);
+    let limits = CallLimits::default();
+    let decision = loaded
+        .run("finalize", move |p, e| {
+            p.call_finalize(
+                e,
+                &limits,
+                tg,
+                AppContext {
+                    app: &app_json,
+                    observed: &retained,
+                    now_ms: now_ms(),
+                },
+            )
+        })
+        .await;
+    let decision = match decision {
+        Ok(decision) => decision,
+        Err(err) => {
+            // Keep the finalizer: deleting data on a plugin fault would be worse than waiting.
+            publish(
+                ctx,
+                app,
+                EventType::Warning,
+                "FinalizeFailed",
+                &err.to_string(),
+            )
+            .await;
+            return Err(Error::Finalizer {
+                app: app_key(app),
+                message: err.to_string(),
+            });
+        }
+    };
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut deleted = Vec::new();
+    for object in decision
+        .delete
+        .iter()
+        .filter(|o| o.kind == "PersistentVolumeClaim")
+    {
+        match pvcs.delete(&object.name, &DeleteParams::background()).await {
+            Ok(_) => deleted.push(object.name.clone()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    app: app_key(app),
+                    what: format!("deleting claim {}", object.name),
+                    source,
+                });
+            }
+        }
+    }
+    publish(
+        ctx,
+        app,
+        EventType::Normal,
+        "Finalized",
+        &format!(
+            "deleted claims [{}], kept {}",
+            deleted.join(", "),
+            decision.keep.len()
+        ),
+    )
+    .await;
+    Ok(Action::await_change())
+}

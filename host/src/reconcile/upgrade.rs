@@ -1,0 +1,136 @@
+//! Upgrade: which version the plan renders. A new App installs `spec.version` directly; a
+//! change of `spec.version` asks the plugin's gate, holds at the rolled-out version while the
+//! gate waits or denies, and rolls forward once it allows. `status.version` moves only when
+//! health reports the rollout at the new version complete.
+
+use crate::{app::UpgradeStatus, plugin::call::GateDecision};
+
+/// What the reconcile does about versions this time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to upgrade: render `version`.
+    Steady {
+        /// The version to render.
+        version: String,
+    },
+    /// The gate must be asked about `from -> to`.
+    AskGate {
+        /// The rolled-out version.
+        from: String,
+        /// The desired version.
+        to: String,
+    },
+    /// The gate allowed `from -> to` earlier; keep rolling toward `to`.
+    Rolling {
+        /// The version rolled out before.
+        from: String,
+        /// The version being rolled out.
+        to: String,
+    },
+}
+
+/// Decides the step from the spec, the rolled-out version and the recorded upgrade.
+pub fn step(desired: &str, rolled_out: Option<&str>, upgrade: Option<&UpgradeStatus>) -> Step {
+    match rolled_out {
+        None => Step::Steady {
+            version: desired.to_string(),
+        },
+        Some(current) if current == desired => Step::Steady {
+            version: desired.to_string(),
+        },
+        Some(current) => match upgrade {
+            Some(u) if u.to == desired && u.from == current && u.state == "Allowed" => {
+                Step::Rolling {
+                    from: current.to_string(),
+                    to: desired.to_string(),
+                }
+            }
+            _ => Step::AskGate {
+                from: current.to_string(),
+                to: desired.to_string(),
+            },
+        },
+    }
+}
+
+/// The version to render and the upgrade record after the gate answered.
+pub fn after_gate(from: &str, to: &str, decision: &GateDecision) -> (String, UpgradeStatus) {
+    let record = |state: &str, reason: &str| UpgradeStatus {
+        from: from.to_string(),
+        to: to.to_string(),
+        state: state.to_string(),
+        reason: reason.to_string(),
+    };
+    match decision {
+        GateDecision::Allow => (to.to_string(), record("Allowed", "")),
+        GateDecision::Wait(reason) => (from.to_string(), record("Waiting", reason)),
+        GateDecision::Deny(reason) => (from.to_string(), record("Denied", reason)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_app_installs_the_desired_version() {
+        assert_eq!(
+            step("7.2.4", None, None),
+            Step::Steady {
+                version: "7.2.4".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_version_change_asks_the_gate_then_keeps_rolling() {
+        let ask = step("7.3.0", Some("7.2.4"), None);
+        assert_eq!(
+            ask,
+            Step::AskGate {
+                from: "7.2.4".into(),
+                to: "7.3.0".into()
+            }
+        );
+        let (render, record) = after_gate("7.2.4", "7.3.0", &GateDecision::Allow);
+        assert_eq!(render, "7.3.0");
+        assert_eq!(
+            step("7.3.0", Some("7.2.4"), Some(&record)),
+            Step::Rolling {
+                from: "7.2.4".into(),
+                to: "7.3.0".into()
+            }
+        );
+    }
+
+    #[test]
+    fn waiting_and_denial_hold_the_rolled_out_version() {
+        let (render, record) = after_gate(
+            "7.2.4",
+            "7.3.0",
+            &GateDecision::Wait("backup running".into()),
+        );
+        assert_eq!(render, "7.2.4");
+        assert_eq!(record.state, "Waiting");
+        // A waiting gate is asked again next time.
+        assert!(matches!(
+            step("7.3.0", Some("7.2.4"), Some(&record)),
+            Step::AskGate { .. }
+        ));
+        let (render, record) =
+            after_gate("7.2.4", "9.0.0", &GateDecision::Deny("two majors".into()));
+        assert_eq!(
+            (render.as_str(), record.state.as_str()),
+            ("7.2.4", "Denied")
+        );
+    }
+
+    #[test]
+    fn a_changed_target_mid_rollout_asks_again() {
+        let (_, record) = after_gate("7.2.4", "7.3.0", &GateDecision::Allow);
+        assert!(matches!(
+            step("7.4.0", Some("7.2.4"), Some(&record)),
+            Step::AskGate { .. }
+        ));
+    }
+}

@@ -1,0 +1,88 @@
+//! A plugin that misbehaves on request, to prove the host's sandbox: each fault must become its
+//! own specific error, within its deadline, without touching other plugins.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use wasmop_sdk::wit::{
+    base::exports::wasmop::plugin::metadata::{self, Capability, Info, KindRef},
+    spec_diff::exports::wasmop::plugin::spec_diff::{
+        self, Desired, ErrorKind, PlanInput, PluginError,
+    },
+};
+
+struct Fault;
+
+/// Survives between calls only if the host reuses instances, which it must not.
+static CALLS: AtomicU32 = AtomicU32::new(0);
+
+impl metadata::Guest for Fault {
+    fn get() -> Info {
+        Info {
+            name: "fault".into(),
+            version: "0.1.0".into(),
+            description: "misbehaves on request".into(),
+            capabilities: vec![Capability::SpecDiff],
+            owns: vec![KindRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            }],
+            observes: vec![],
+        }
+    }
+}
+
+impl spec_diff::Guest for Fault {
+    fn plan(input: PlanInput) -> Result<Desired, PluginError> {
+        let app: serde_json::Value =
+            serde_json::from_str(&input.app).map_err(|err| PluginError {
+                kind: ErrorKind::InvalidInput,
+                message: err.to_string(),
+                field: None,
+            })?;
+        let fault = app
+            .pointer("/spec/config/fault")
+            .and_then(|f| f.as_str())
+            .unwrap_or("none");
+        let object = |data: String| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "fault"}, "data": {"payload": data}
+            })
+            .to_string()
+        };
+        let objects = match fault {
+            "none" => vec![object("fine".into())],
+            "count" => vec![object(
+                (CALLS.fetch_add(1, Ordering::SeqCst) + 1).to_string(),
+            )],
+            "panic" => panic!("the fault plugin panics on purpose"),
+            "loop" => loop {
+                std::hint::spin_loop();
+            },
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "huge-output" => vec![object("x".repeat(4 << 20))],
+            "malformed-json" => vec!["{\"apiVersion\": \"v1\", \"kind\": ".to_string()],
+            "not-an-object" => vec!["[1, 2, 3]".to_string()],
+            other => {
+                return Err(PluginError {
+                    kind: ErrorKind::InvalidConfig,
+                    message: format!("unknown fault {other:?}"),
+                    field: Some("spec.config.fault".into()),
+                });
+            }
+        };
+        Ok(Desired {
+            objects,
+            requeue_after: None,
+        })
+    }
+}
+
+wasmop_sdk::wit::base::export!(Fault with_types_in wasmop_sdk::wit::base);
+wasmop_sdk::wit::spec_diff::export!(Fault with_types_in wasmop_sdk::wit::spec_diff);

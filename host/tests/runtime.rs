@@ -1,0 +1,410 @@
+//! The plugin runtime against real wasmtime and real compiled components: the example plugins,
+//! and the hostile guests in `tests/plugins/` (see its README). No cluster is needed.
+//!
+//! The components are built by `tests/run.sh` (`plugins/build.sh` and the fault plugins) into
+//! `$CARGO_TARGET_DIR/wasm32-wasip2/release/`.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use wasmop_host::plugin::{
+    CallError, Capability, Digest, LoadError,
+    cache::Cache,
+    call::AppContext,
+    compile::CompiledPlugin,
+    engine::PluginEngine,
+    limits::CallLimits,
+    metrics::PluginMetrics,
+    registry::{Offer, PluginRegistry},
+    sandbox::CallTags,
+    source::{Fetched, SourceRef},
+};
+
+fn wasm_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir).join("wasm32-wasip2/release");
+    }
+    // target/debug/deps/runtime-xxxx -> target
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.ancestors()
+        .nth(3)
+        .expect("inside a cargo target directory")
+        .join("wasm32-wasip2/release")
+}
+
+fn component(file: &str) -> Vec<u8> {
+    let path = wasm_dir().join(file);
+    std::fs::read(&path).unwrap_or_else(|err| {
+        panic!(
+            "{}: {err}; build the test components with tests/run.sh or plugins/build.sh",
+            path.display()
+        )
+    })
+}
+
+fn prepare(engine: &PluginEngine, file: &str) -> Result<CompiledPlugin, LoadError> {
+    let bytes = component(file);
+    let digest = Digest::of(&bytes);
+    CompiledPlugin::prepare(engine, None, file, &bytes, digest)
+}
+
+fn app(config: Value) -> Value {
+    json!({
+        "apiVersion": "wasmop.dev/v1alpha1",
+        "kind": "App",
+        "metadata": {"name": "t", "namespace": "default", "uid": "00000000-0000-0000-0000-000000000001", "generation": 1},
+        "spec": {"plugin": {"image": "x"}, "version": "7.2.4", "config": config},
+    })
+}
+
+fn plan(
+    engine: &PluginEngine,
+    plugin: &CompiledPlugin,
+    app: &Value,
+    limits: &CallLimits,
+) -> Result<usize, CallError> {
+    let cx = AppContext {
+        app,
+        observed: &[],
+        now_ms: 1_764_633_600_000,
+    };
+    plugin
+        .call_plan(engine, limits, CallTags::default(), cx, None, "7.2.4")
+        .map(|p| p.objects.len())
+}
+
+#[test]
+fn example_plugins_export_exactly_their_capabilities() {
+    let engine = PluginEngine::new().expect("engine");
+    let kvstore = prepare(&engine, "kvstore.wasm").expect("kvstore loads");
+    assert_eq!(kvstore.metadata.name, "kvstore");
+    assert_eq!(
+        kvstore.capabilities.iter().copied().collect::<Vec<_>>(),
+        Capability::ALL
+    );
+    let hello = prepare(&engine, "hello.wasm").expect("hello loads");
+    assert_eq!(
+        hello.capabilities.iter().copied().collect::<Vec<_>>(),
+        [Capability::SpecDiff]
+    );
+    let limits = CallLimits::default();
+    let err = hello
+        .call_health(
+            &engine,
+            &limits,
+            CallTags::default(),
+            AppContext {
+                app: &app(json!({})),
+                observed: &[],
+                now_ms: 0,
+            },
+            "1",
+        )
+        .expect_err("hello has no health");
+    assert!(matches!(err, CallError::Unsupported { .. }), "{err}");
+    assert!(
+        plan(&engine, &kvstore, &app(json!({"replicas": 3})), &limits).expect("kvstore plans") >= 4
+    );
+}
+
+#[test]
+fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_serving() {
+    let engine = PluginEngine::new().expect("engine");
+    let fault = prepare(&engine, "fault_plugin.wasm").expect("the fault plugin itself loads");
+    let good = Arc::new(prepare(&engine, "hello.wasm").expect("hello loads"));
+
+    // A good plugin is called continuously on another thread while the faults run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let good_calls = Arc::new(AtomicUsize::new(0));
+    let engine = Arc::new(engine);
+    let background = {
+        let (engine, good, stop, good_calls) = (
+            engine.clone(),
+            good.clone(),
+            stop.clone(),
+            good_calls.clone(),
+        );
+        thread::spawn(move || {
+            let app = app(json!({"message": "hi"}));
+            while !stop.load(Ordering::SeqCst) {
+                plan(&engine, &good, &app, &CallLimits::default())
+                    .expect("the good plugin keeps working");
+                good_calls.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+
+    let limits = CallLimits {
+        deadline: Duration::from_millis(100),
+        memory_bytes: 32 << 20,
+        max_output_bytes: 1 << 20,
+    };
+    let cases: [(&str, fn(&CallError) -> bool, &str); 6] = [
+        (
+            "panic",
+            |e| matches!(e, CallError::Trap { .. }),
+            "panics on purpose",
+        ),
+        (
+            "loop",
+            |e| matches!(e, CallError::DeadlineExceeded { .. }),
+            "100ms deadline",
+        ),
+        (
+            "memory",
+            |e| matches!(e, CallError::MemoryExceeded { .. }),
+            "32 MiB memory cap",
+        ),
+        (
+            "huge-output",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "byte cap",
+        ),
+        (
+            "malformed-json",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "not valid JSON",
+        ),
+        (
+            "not-an-object",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "not a JSON object",
+        ),
+    ];
+    for (mode, is_expected, message) in cases {
+        let start = Instant::now();
+        let err = plan(&engine, &fault, &app(json!({"fault": mode})), &limits).expect_err(mode);
+        let elapsed = start.elapsed();
+        assert!(is_expected(&err), "{mode}: unexpected error {err:?}");
+        assert!(err.to_string().contains(message), "{mode}: {err}");
+        assert!(
+            err.to_string().contains("fault@"),
+            "{mode}: the error names the plugin: {err}"
+        );
+        assert!(elapsed < Duration::from_secs(2), "{mode} took {elapsed:?}");
+    }
+    let refused =
+        plan(&engine, &fault, &app(json!({"fault": "bogus"})), &limits).expect_err("unknown fault");
+    assert_eq!(refused.reason(), "InvalidConfig", "{refused}");
+    assert!(
+        refused.to_string().contains("spec.config.fault"),
+        "{refused}"
+    );
+
+    stop.store(true, Ordering::SeqCst);
+    background.join().expect("good plugin thread");
+    assert!(
+        good_calls.load(Ordering::SeqCst) > 0,
+        "the good plugin was never called"
+    );
+    // The faulty plugin is still usable for well-behaved calls afterwards.
+    assert_eq!(
+        plan(&engine, &fault, &app(json!({"fault": "none"})), &limits).expect("recovers"),
+        1
+    );
+}
+
+#[test]
+fn each_call_gets_a_fresh_instance() {
+    let engine = PluginEngine::new().expect("engine");
+    let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");
+    let app = app(json!({"fault": "count"}));
+    let cx = AppContext {
+        app: &app,
+        observed: &[],
+        now_ms: 0,
+    };
+    for _ in 0..3 {
+        let plan = fault
+            .call_plan(
+                &engine,
+                &CallLimits::default(),
+                CallTags::default(),
+                cx,
+                None,
+                "1",
+            )
+            .expect("count plans");
+        assert_eq!(
+            plan.objects[0]["data"]["payload"], "1",
+            "state leaked between calls"
+        );
+    }
+}
+
+#[test]
+fn broken_components_are_refused_with_the_reason() {
+    let engine = PluginEngine::new().expect("engine");
+    let err = prepare(&engine, "wrong-world.wasm")
+        .err()
+        .expect("a WASI command is not a plugin");
+    assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not export wasmop:plugin/metadata@0.1.0"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("wasi:cli/run"),
+        "names what it exports instead: {err}"
+    );
+
+    let core_module = b"\0asm\x01\0\0\0".to_vec();
+    let err = CompiledPlugin::prepare(
+        &engine,
+        None,
+        "core",
+        &core_module,
+        Digest::of(&core_module),
+    )
+    .err()
+    .expect("a core module is not a component");
+    assert_eq!(err.reason(), "NotAComponent");
+    assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
+
+    let text = b"#!/bin/sh\necho not wasm\n".to_vec();
+    let err = CompiledPlugin::prepare(&engine, None, "text", &text, Digest::of(&text))
+        .err()
+        .expect("not wasm");
+    assert!(
+        err.to_string().contains("without the Wasm magic number"),
+        "{err}"
+    );
+
+    let mut truncated = component("hello.wasm");
+    truncated.truncate(truncated.len() / 2);
+    let err = CompiledPlugin::prepare(
+        &engine,
+        None,
+        "truncated",
+        &truncated,
+        Digest::of(&truncated),
+    )
+    .err()
+    .expect("truncated");
+    assert_eq!(err.reason(), "CompileFailed", "{err}");
+}
+
+#[test]
+fn compiled_artifacts_are_cached_by_digest_and_engine() {
+    let dir = std::env::temp_dir().join(format!("wasmop-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = Cache::open(&dir).expect("cache dir");
+    let engine = PluginEngine::new().expect("engine");
+    let bytes = component("kvstore.wasm");
+    let digest = Digest::of(&bytes);
+    let cold = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())
+        .expect("compiles");
+    assert!(!cold.from_cache);
+    let warm = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())
+        .expect("loads");
+    assert!(warm.from_cache, "the second load must come from the cache");
+    assert!(
+        warm.compile_time < cold.compile_time,
+        "cached {:?} vs cold {:?}",
+        warm.compile_time,
+        cold.compile_time
+    );
+
+    // A corrupted artifact is detected and recompiled, never deserialized.
+    let artifact = std::fs::read_dir(dir.join("compiled"))
+        .expect("compiled dir")
+        .flatten()
+        .flat_map(|fingerprint| {
+            std::fs::read_dir(fingerprint.path())
+                .expect("fingerprint dir")
+                .flatten()
+        })
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("an artifact was written");
+    let mut corrupted = std::fs::read(&artifact).expect("artifact");
+    let middle = corrupted.len() / 2;
+    corrupted[middle] ^= 0xff;
+    std::fs::write(&artifact, corrupted).expect("corrupt it");
+    let again = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest)
+        .expect("recompiles");
+    assert!(!again.from_cache, "a corrupted artifact must not be used");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_bad_version_never_replaces_a_good_one() {
+    let engine = PluginEngine::new().expect("engine");
+    let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+    let source = SourceRef::Oci("127.0.0.1:1/plugins/x:1".into());
+    let mut changes = registry.subscribe();
+
+    let hello = Fetched::new(component("hello.wasm"));
+    let hello_digest = hello.digest.clone();
+    assert!(matches!(
+        registry.offer(&source, hello.clone()).await,
+        Offer::Loaded(_)
+    ));
+    assert_eq!(changes.recv().await.expect("notified"), source);
+    assert!(matches!(
+        registry.offer(&source, hello).await,
+        Offer::Unchanged(_)
+    ));
+
+    let in_flight = registry.get(&source).current.expect("current");
+    let Offer::Rejected(err) = registry
+        .offer(&source, Fetched::new(component("wrong-world.wasm")))
+        .await
+    else {
+        panic!("the wrong world must be rejected");
+    };
+    assert_eq!(err.reason(), "IncompatibleWorld");
+    let state = registry.get(&source);
+    assert_eq!(
+        state.current.expect("still serving").compiled.digest,
+        hello_digest
+    );
+    assert_eq!(
+        state.last_error.expect("the failure is recorded").reason(),
+        "IncompatibleWorld"
+    );
+
+    let Offer::Swapped { from, to } = registry
+        .offer(&source, Fetched::new(component("kvstore.wasm")))
+        .await
+    else {
+        panic!("a good new version swaps in");
+    };
+    assert_eq!(from, hello_digest);
+    assert_eq!(to.compiled.metadata.name, "kvstore");
+    assert!(
+        registry.get(&source).last_error.is_none(),
+        "a successful swap clears the error"
+    );
+    // A caller that took the old version before the swap still has it, whole.
+    assert_eq!(in_flight.compiled.metadata.name, "hello");
+    let app = app(json!({"message": "still here"}));
+    let result = in_flight
+        .run("spec-diff", move |plugin, engine| {
+            let cx = AppContext {
+                app: &app,
+                observed: &[],
+                now_ms: 0,
+            };
+            plugin.call_plan(
+                engine,
+                &CallLimits::default(),
+                CallTags::default(),
+                cx,
+                None,
+                "1",
+            )
+        })
+        .await
+        .expect("the old version finishes its call");
+    assert_eq!(result.objects.len(), 2);
+}

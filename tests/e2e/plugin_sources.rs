@@ -1,0 +1,309 @@
+//! Plugin sources against the real registry and API server: a tag pushed again swaps the
+//! plugin live, a broken push never replaces the good version, a ConfigMap update swaps within
+//! two seconds, and a restart with the registry down loads from the compiled cache.
+
+use std::{
+    collections::BTreeMap,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use wasmop_host::plugin::{
+    Digest,
+    cache::Cache,
+    engine::PluginEngine,
+    metrics::PluginMetrics,
+    registry::PluginRegistry,
+    source::{SourceRef, oci::OciSource},
+    watch::SourceWatcher,
+};
+
+use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for};
+
+const POLL: Duration = Duration::from_millis(500);
+
+fn runtime(
+    cache: Option<Cache>,
+    client: Option<kube::Client>,
+) -> anyhow::Result<(Arc<PluginRegistry>, Arc<SourceWatcher>)> {
+    let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let registry = PluginRegistry::new(engine, cache, PluginMetrics::unregistered());
+    let oci = Arc::new(OciSource::new(None, vec![])?);
+    let watcher = SourceWatcher::new(registry.clone(), oci, client, POLL, false);
+    Ok((registry, watcher))
+}
+
+async fn wait_for_digest(
+    registry: &PluginRegistry,
+    source: &SourceRef,
+    digest: &Digest,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    wait_for(&format!("{source} to serve {digest}"), timeout, || async {
+        Ok(registry
+            .get(source)
+            .current
+            .filter(|c| c.compiled.digest == *digest)
+            .map(|_| ()))
+    })
+    .await?;
+    Ok(start.elapsed())
+}
+
+#[tokio::test]
+async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -> anyhow::Result<()>
+{
+    let local = Local::discover()?;
+    let reference = format!("{}/e2e/{}:1.0", local.registry, unique("swap"));
+    let pusher = OciSource::new(None, vec![])?;
+    let (hello, kvstore, broken) = (
+        component("hello.wasm")?,
+        component("kvstore.wasm")?,
+        component("wrong-world.wasm")?,
+    );
+
+    pusher.push(&reference, &hello).await?;
+    let (registry, watcher) = runtime(None, None)?;
+    let source = SourceRef::Oci(reference.clone());
+    watcher.ensure(&source);
+    wait_for_digest(
+        &registry,
+        &source,
+        &Digest::of(&hello),
+        Duration::from_secs(30),
+    )
+    .await?;
+
+    pusher.push(&reference, &kvstore).await?;
+    let swap = wait_for_digest(
+        &registry,
+        &source,
+        &Digest::of(&kvstore),
+        POLL + Duration::from_secs(5),
+    )
+    .await?;
+    eprintln!("OCI tag swap observed {swap:?} after the push returned (poll interval {POLL:?})");
+    assert_eq!(
+        registry
+            .get(&source)
+            .current
+            .map(|c| c.compiled.metadata.name.clone())
+            .as_deref(),
+        Some("kvstore")
+    );
+
+    pusher.push(&reference, &broken).await?;
+    let error = wait_for(
+        "the broken push to be rejected",
+        Duration::from_secs(10),
+        || async { Ok(registry.get(&source).last_error) },
+    )
+    .await?;
+    assert_eq!(error.reason(), "IncompatibleWorld", "{error}");
+    let state = registry.get(&source);
+    assert_eq!(
+        state.current.map(|c| c.compiled.digest.clone()),
+        Some(Digest::of(&kvstore)),
+        "kept the last good version"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-cm").await?;
+    let (hello, kvstore) = (component("hello.wasm")?, component("kvstore.wasm")?);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let config_map = |bytes: &[u8]| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("plugin".into()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "plugin.wasm".to_string(),
+            ByteString(bytes.to_vec()),
+        )])),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &config_map(&hello))
+        .await?;
+
+    let (registry, watcher) = runtime(None, Some(client.clone()))?;
+    let source = SourceRef::ConfigMap {
+        namespace: ns.name.clone(),
+        name: "plugin".into(),
+        key: "plugin.wasm".into(),
+    };
+    watcher.ensure(&source);
+    wait_for_digest(
+        &registry,
+        &source,
+        &Digest::of(&hello),
+        Duration::from_secs(30),
+    )
+    .await?;
+
+    let start = Instant::now();
+    api.patch(
+        "plugin",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&config_map(&kvstore)),
+    )
+    .await?;
+    wait_for_digest(
+        &registry,
+        &source,
+        &Digest::of(&kvstore),
+        Duration::from_secs(2),
+    )
+    .await?;
+    eprintln!(
+        "ConfigMap swap observed {:?} after the update was sent",
+        start.elapsed()
+    );
+
+    api.patch(
+        "plugin",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&config_map(b"not wasm")),
+    )
+    .await?;
+    let error = wait_for(
+        "the bad ConfigMap to be rejected",
+        Duration::from_secs(5),
+        || async { Ok(registry.get(&source).last_error) },
+    )
+    .await?;
+    assert_eq!(error.reason(), "NotAComponent", "{error}");
+    assert_eq!(
+        registry
+            .get(&source)
+            .current
+            .map(|c| c.compiled.digest.clone()),
+        Some(Digest::of(&kvstore))
+    );
+    ns.delete().await
+}
+
+/// A registry of this test's own, so that stopping it affects no other test.
+struct PrivateRegistry {
+    child: tokio::process::Child,
+    addr: String,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl PrivateRegistry {
+    async fn start() -> anyhow::Result<Self> {
+        let dir = TempDir(std::env::temp_dir().join(unique("wasmop-registry")));
+        std::fs::create_dir_all(&dir.0)?;
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        let config = dir.0.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {addr}}}\n",
+                dir.0.join("data").display()
+            ),
+        )?;
+        let child = tokio::process::Command::new("/usr/bin/docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let http = reqwest::Client::new();
+        let url = format!("http://{addr}/v2/");
+        wait_for(
+            "the private registry to serve",
+            Duration::from_secs(20),
+            || async {
+                Ok(http
+                    .get(&url)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ()))
+            },
+        )
+        .await?;
+        Ok(Self {
+            child,
+            addr,
+            _dir: dir,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> anyhow::Result<()> {
+    let mut private = PrivateRegistry::start().await?;
+    let reference = format!("{}/plugins/kvstore:1.0", private.addr);
+    let kvstore = component("kvstore.wasm")?;
+    OciSource::new(None, vec![])?
+        .push(&reference, &kvstore)
+        .await?;
+    let cache_dir = TempDir(std::env::temp_dir().join(unique("wasmop-cache")));
+    let source = SourceRef::Oci(reference.clone());
+
+    {
+        let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;
+        watcher.ensure(&source);
+        wait_for_digest(
+            &registry,
+            &source,
+            &Digest::of(&kvstore),
+            Duration::from_secs(30),
+        )
+        .await?;
+        watcher.retain(&[]);
+    }
+
+    private.child.kill().await?;
+    let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;
+    let start = Instant::now();
+    watcher.ensure(&source);
+    wait_for_digest(
+        &registry,
+        &source,
+        &Digest::of(&kvstore),
+        Duration::from_secs(10),
+    )
+    .await?;
+    let loaded = registry.get(&source).current.expect("loaded");
+    assert!(
+        loaded.compiled.from_cache,
+        "the compiled artifact came from the cache"
+    );
+    eprintln!(
+        "restart with the registry down: serving after {:?}, artifact load {:?}",
+        start.elapsed(),
+        loaded.compiled.compile_time
+    );
+    let error = wait_for(
+        "the unreachable registry to be reported",
+        Duration::from_secs(10),
+        || async { Ok(registry.get(&source).last_error) },
+    )
+    .await?;
+    assert_eq!(error.reason(), "FetchFailed", "{error}");
+    Ok(())
+}
