@@ -25,11 +25,13 @@ if [[ "$only" == all ]]; then
   step "cargo clippy --all-targets -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
 
-  step "unit tests"
-  cargo test --workspace --locked --exclude wasmop-e2e
-
   step "plugins for wasm32-wasip2"
   plugins/build.sh
+  # The hostile test guests of host/tests/runtime.rs (see host/tests/plugins/README.md).
+  cargo build --locked --release --target wasm32-wasip2 -p fault-plugin -p wrong-world-plugin
+
+  step "unit and runtime tests"
+  cargo test --workspace --locked --exclude wasmop-e2e
 fi
 
 step "local cluster and registry"

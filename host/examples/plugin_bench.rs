@@ -39,7 +39,8 @@ fn main() -> anyhow::Result<()> {
 
     // Cold compile (no cache), then a cache fill and cached loads.
     let cold = time_n(3, || {
-        CompiledPlugin::prepare(&engine, None, "kvstore", &bytes, digest.clone()).map(drop)
+        CompiledPlugin::prepare(&engine, None, "kvstore", &bytes, digest.clone())?;
+        Ok(())
     })?;
     let dir = std::env::temp_dir().join(format!("wasmop-bench-{}", std::process::id()));
     let cache = Cache::open(&dir)?;
@@ -83,7 +84,7 @@ fn main() -> anyhow::Result<()> {
         "{:<10} {:>10} {:>10} {:>10}",
         "capability", "p50", "p99", "max"
     );
-    let mut report = |name: &str, f: &dyn Fn() -> Result<(), CallError>| -> anyhow::Result<()> {
+    let report = |name: &str, f: &dyn Fn() -> Result<(), CallError>| -> anyhow::Result<()> {
         for _ in 0..calls / 10 {
             f()?;
         }

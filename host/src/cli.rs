@@ -151,7 +151,11 @@ mod tests {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("10h").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("10h")
+                .expect_err("hours")
+                .contains("unknown unit")
+        );
         assert!(parse_duration("fast").is_err());
     }
 }

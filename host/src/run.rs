@@ -113,10 +113,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "default".into());
         let elector = LeaderElector::new(client.clone(), &namespace, "wasmop-leader", &identity);
         info!(%namespace, %identity, "waiting for the leader lease");
+        // A standby is healthy and ready to take over; it turns not-ready once it leads, until
+        // its caches have synced.
+        probes.set_ready(true);
         let mut leading = tokio::select! {
             leading = elector.acquire() => leading,
             () = stopped(stop_rx.clone()) => { server.abort(); return Ok(()); }
         };
+        probes.set_ready(false);
         let stop_tx = stop_tx.clone();
         tokio::spawn(async move {
             let _ = leading.wait_for(|leading| !*leading).await;

@@ -115,6 +115,9 @@ fn example_plugins_export_exactly_their_capabilities() {
     );
 }
 
+/// A fault mode, the error it must produce, and words its message must contain.
+type FaultCase = (&'static str, fn(&CallError) -> bool, &'static str);
+
 #[test]
 fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_serving() {
     let engine = PluginEngine::new().expect("engine");
@@ -147,7 +150,7 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
         memory_bytes: 32 << 20,
         max_output_bytes: 1 << 20,
     };
-    let cases: [(&str, fn(&CallError) -> bool, &str); 6] = [
+    let cases: [FaultCase; 6] = [
         (
             "panic",
             |e| matches!(e, CallError::Trap { .. }),

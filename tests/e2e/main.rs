@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod apps;
 mod cluster;
 mod host;
 mod plugin_sources;

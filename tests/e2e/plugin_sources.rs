@@ -121,7 +121,8 @@ async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
     let local = Local::discover()?;
     let client = local.client().await?;
     let ns = TestNamespace::create(&client, "e2e-cm").await?;
-    let (hello, kvstore) = (component("hello.wasm")?, component("kvstore.wasm")?);
+    // A ConfigMap holds at most 1 MiB, so the ConfigMap variant swaps between the small plugins.
+    let (hello, fault) = (component("hello.wasm")?, component("fault_plugin.wasm")?);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let config_map = |bytes: &[u8]| ConfigMap {
         metadata: kube::api::ObjectMeta {
@@ -156,13 +157,13 @@ async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
     api.patch(
         "plugin",
         &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&config_map(&kvstore)),
+        &Patch::Apply(&config_map(&fault)),
     )
     .await?;
     wait_for_digest(
         &registry,
         &source,
-        &Digest::of(&kvstore),
+        &Digest::of(&fault),
         Duration::from_secs(2),
     )
     .await?;
@@ -189,7 +190,7 @@ async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
             .get(&source)
             .current
             .map(|c| c.compiled.digest.clone()),
-        Some(Digest::of(&kvstore))
+        Some(Digest::of(&fault))
     );
     ns.delete().await
 }

@@ -562,7 +562,7 @@ impl CompiledPlugin {
                         object.get("metadata").and_then(|m| m.get("name")),
                     ),
                 ] {
-                    if !value.is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty())) {
+                    if value.is_none_or(|v| v.as_str().is_none_or(str::is_empty)) {
                         return Err(
                             self.bad(capability, format!("object {index} has no string {field}"))
                         );

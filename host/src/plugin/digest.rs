@@ -70,10 +70,14 @@ mod tests {
 
     #[test]
     fn malformed_digests_are_refused_with_a_reason() {
-        assert!(Digest::parse("md5:abc").unwrap_err().contains("not sha256"));
+        assert!(
+            Digest::parse("md5:abc")
+                .expect_err("md5")
+                .contains("not sha256")
+        );
         assert!(
             Digest::parse("sha256:ABC")
-                .unwrap_err()
+                .expect_err("invalid")
                 .contains("64 lower-case")
         );
     }

@@ -155,20 +155,34 @@ struct Outcome {
     phase: &'static str,
 }
 
+impl Outcome {
+    /// An outcome that changes nothing but the conditions: versions, upgrade and backup records
+    /// stay as they were.
+    fn holding(
+        previous: &AppStatus,
+        conditions: Vec<Cond>,
+        requeue: Duration,
+        phase: &'static str,
+    ) -> Self {
+        Self {
+            conditions,
+            version: previous.version.clone(),
+            upgrade: previous.upgrade.clone(),
+            last_backup: previous.last_backup.clone(),
+            requeue,
+            phase,
+        }
+    }
+}
+
 async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, Error> {
     let previous = app.status.clone().unwrap_or_default();
     let source = match SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
     {
         Ok(source) => source,
         Err(message) => {
-            let outcome = Outcome {
-                conditions: vec![Cond::new("PluginReady", false, "InvalidSource", message)],
-                version: previous.version.clone(),
-                upgrade: previous.upgrade.clone(),
-                last_backup: previous.last_backup.clone(),
-                requeue: RESYNC,
-                phase: "Failed",
-            };
+            let conditions = vec![Cond::new("PluginReady", false, "InvalidSource", message)];
+            let outcome = Outcome::holding(&previous, conditions, RESYNC, "Failed");
             return finish(app, ctx, api, &previous, None, outcome).await;
         }
     };
@@ -179,14 +193,8 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
             Some(err) => (err.reason(), err.to_string()),
             None => ("Loading", format!("loading plugin {source}")),
         };
-        let outcome = Outcome {
-            conditions: vec![Cond::new("PluginReady", false, reason, message)],
-            version: previous.version.clone(),
-            upgrade: previous.upgrade.clone(),
-            last_backup: previous.last_backup.clone(),
-            requeue: SHORT_REQUEUE,
-            phase: "Pending",
-        };
+        let conditions = vec![Cond::new("PluginReady", false, reason, message)];
+        let outcome = Outcome::holding(&previous, conditions, SHORT_REQUEUE, "Pending");
         return finish(app, ctx, api, &previous, None, outcome).await;
     };
     let plugin_ready = match &state.last_error {
@@ -211,17 +219,11 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
         Ok(outcome) => outcome,
         Err(failure) => {
             // A failing plugin or a rejected plan: touch nothing, say why, retry later.
-            let outcome = Outcome {
-                conditions: vec![
-                    plugin_ready,
-                    Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
-                ],
-                version: previous.version.clone(),
-                upgrade: previous.upgrade.clone(),
-                last_backup: previous.last_backup.clone(),
-                requeue: SHORT_REQUEUE,
-                phase: "Degraded",
-            };
+            let conditions = vec![
+                plugin_ready,
+                Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
+            ];
+            let outcome = Outcome::holding(&previous, conditions, SHORT_REQUEUE, "Degraded");
             return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
         }
     };
@@ -681,9 +683,9 @@ async fn finish(
         .await;
     }
     for c in status::transitions(&previous.conditions, &conditions) {
-        let kind = if (c.type_ == "Degraded" || c.type_ == "UpgradeGated") == (c.status == "True")
-            || (c.type_ != "Degraded" && c.type_ != "UpgradeGated" && c.status != "True")
-        {
+        // Degraded and UpgradeGated are bad news when True; the others when not True.
+        let bad_when_true = c.type_ == "Degraded" || c.type_ == "UpgradeGated";
+        let kind = if bad_when_true == (c.status == "True") {
             EventType::Warning
         } else {
             EventType::Normal

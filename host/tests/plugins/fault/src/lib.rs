@@ -69,6 +69,14 @@ impl spec_diff::Guest for Fault {
             "huge-output" => vec![object("x".repeat(4 << 20))],
             "malformed-json" => vec!["{\"apiVersion\": \"v1\", \"kind\": ".to_string()],
             "not-an-object" => vec!["[1, 2, 3]".to_string()],
+            "forbidden" => vec![
+                object("fine".into()),
+                serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "escape", "namespace": "kube-system"}
+                })
+                .to_string(),
+            ],
             other => {
                 return Err(PluginError {
                     kind: ErrorKind::InvalidConfig,

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the plugins as wasm32-wasip2 components and checks what they export.
+#
+#   plugins/build.sh              every plugin under plugins/
+#   plugins/build.sh kvstore ...  only these
+#
+# For each plugin: a release build of that one package, `wasm-tools validate`,
+# then `wasm-tools component wit` to compare the component's exports with
+# plugins/<name>/expected-exports.txt (exactly: a missing or an extra export
+# fails) and to refuse imports that would give a plugin ambient authority
+# (filesystem, sockets, clocks, random, http). Prints path, size and sha256.
+# Exits non-zero if any plugin fails.
+#
+# One package per cargo invocation, so nothing one plugin's dependencies
+# switch on (Cargo feature unification) leaks into another's component.
+#
+# Stripping: the root Cargo.toml sets `strip = true` for release, but its
+# per-package overrides (opt-level "s") make Cargo fall back to
+# strip=debuginfo for exactly these packages, leaving a name section that is
+# a third of the file. `--config ...strip=true` restores it per package.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/wasmop/cargo-target}"
+TARGET=wasm32-wasip2
+WASM_TOOLS="$(plugins/tools.sh)"
+FORBIDDEN_IMPORTS='^wasi:(filesystem|sockets|clocks|random|http)/'
+
+if [[ $# -gt 0 ]]; then
+  plugins=("$@")
+else
+  plugins=()
+  for manifest in plugins/*/Cargo.toml; do
+    plugins+=("$(basename "$(dirname "$manifest")")")
+  done
+fi
+
+failed=0
+for name in "${plugins[@]}"; do
+  dir="plugins/$name"
+  expected_file="$dir/expected-exports.txt"
+  if [[ ! -f "$dir/Cargo.toml" || ! -f "$expected_file" ]]; then
+    echo "error: $dir needs a Cargo.toml and an expected-exports.txt" >&2
+    failed=1
+    continue
+  fi
+
+  echo "==> building $name" >&2
+  cargo build --release --target "$TARGET" -p "$name" \
+    --config "profile.release.package.$name.strip=true"
+  wasm="$CARGO_TARGET_DIR/$TARGET/release/${name//-/_}.wasm"
+
+  "$WASM_TOOLS" validate "$wasm"
+  wit="$("$WASM_TOOLS" component wit "$wasm")"
+  world="$(sed -n '/^world root {/,/^}/p' <<<"$wit")"
+  exports="$(sed -n 's/^ *export \([^ ;]*\);$/\1/p' <<<"$world" | sort)"
+  imports="$(sed -n 's/^ *import \([^ ;]*\);$/\1/p' <<<"$world" | sort)"
+  expected="$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$expected_file" | sort)"
+
+  echo "plugin:  $name"
+  echo "path:    $wasm"
+  echo "size:    $(stat -c %s "$wasm") bytes"
+  echo "sha256:  $(sha256sum "$wasm" | cut -d' ' -f1)"
+  echo "exports: $(tr '\n' ' ' <<<"$exports")"
+  echo "imports: $(tr '\n' ' ' <<<"$imports")"
+
+  if [[ "$exports" != "$expected" ]]; then
+    echo "FAIL: $name exports differ from $expected_file (< expected, > actual):"
+    diff <(echo "$expected") <(echo "$exports") || true
+    failed=1
+  elif forbidden="$(grep -E "$FORBIDDEN_IMPORTS" <<<"$imports")"; then
+    echo "FAIL: $name imports ambient authority: $(tr '\n' ' ' <<<"$forbidden")"
+    failed=1
+  else
+    echo "ok:      exports match $expected_file"
+  fi
+  echo
+done
+
+exit "$failed"

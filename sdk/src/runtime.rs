@@ -1,0 +1,182 @@
+//! The boundary between the WIT's raw values (JSON text, milliseconds) and the
+//! typed traits. Shared by the component exports and by [`testing`](crate::testing),
+//! so unit tests exercise the same parsing and serialization as the host.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::app::App;
+use crate::backup::{Backup, BackupInput, Slot};
+use crate::error::{Error, Result};
+use crate::finalize::{Finalize, FinalizeDecision, FinalizeInput};
+use crate::health::{Health, HealthInput, HealthReport};
+use crate::metadata::{Capability, Metadata, Plugin};
+use crate::observed::Observed;
+use crate::spec_diff::{PlanInput, SpecDiff};
+use crate::upgrade::{Upgrade, UpgradeDecision, UpgradeInput};
+
+/// Implemented by [`export!`](crate::export) for the plugin type: the
+/// capabilities it was exported with, reported by `metadata.get`.
+pub trait Exported: Plugin {
+    /// Exactly the capability interfaces the component exports.
+    const CAPABILITIES: &'static [Capability];
+}
+
+/// A plan with its objects serialized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawPlan {
+    /// One JSON object per planned object.
+    pub objects: Vec<String>,
+    /// Requeue in milliseconds.
+    pub requeue_after_ms: Option<u64>,
+}
+
+/// A backup decision with its Job serialized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBackupDecision {
+    /// `(slot, job JSON)` to run.
+    pub run: Option<(String, String)>,
+    /// Slots to expire.
+    pub expire: Vec<String>,
+    /// Requeue in milliseconds.
+    pub requeue_after_ms: Option<u64>,
+}
+
+/// `metadata.get`.
+pub fn metadata<P: Exported>() -> Metadata {
+    let mut metadata = P::metadata();
+    metadata.capabilities = P::CAPABILITIES.to_vec();
+    metadata
+}
+
+/// `spec-diff.plan`.
+pub fn plan<P: SpecDiff>(
+    app: &str,
+    observed: &[String],
+    current_version: Option<String>,
+    target_version: String,
+    now_ms: i64,
+) -> Result<RawPlan> {
+    let input = PlanInput {
+        app: read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        current_version,
+        target_version,
+        now: read_now(now_ms)?,
+    };
+    let (objects, requeue) = P::plan(&input)?.into_parts();
+    Ok(RawPlan {
+        objects: objects.iter().map(to_json).collect::<Result<_>>()?,
+        requeue_after_ms: requeue.map(millis),
+    })
+}
+
+/// `health.check`.
+pub fn check<P: Health>(
+    app: &str,
+    observed: &[String],
+    version: String,
+    now_ms: i64,
+) -> Result<HealthReport> {
+    let input = HealthInput {
+        app: read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        version,
+        now: read_now(now_ms)?,
+    };
+    P::check(&input)
+}
+
+/// `backup.schedule`.
+pub fn schedule<P: Backup>(
+    app: &str,
+    observed: &[String],
+    last_completed_slot: Option<String>,
+    now_ms: i64,
+) -> Result<RawBackupDecision> {
+    let last_completed_slot = last_completed_slot
+        .map(|s| Slot::parse(&s).map_err(|e| e.with_field("last-completed-slot")))
+        .transpose()?;
+    let input = BackupInput {
+        app: read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        last_completed_slot,
+        now: read_now(now_ms)?,
+    };
+    let decision = P::schedule(&input)?;
+    let run = match decision.run {
+        Some(run) => Some((run.slot.to_string(), to_json(&to_value(&run.job)?)?)),
+        None => None,
+    };
+    Ok(RawBackupDecision {
+        run,
+        expire: decision.expire.iter().map(Slot::to_string).collect(),
+        requeue_after_ms: decision.requeue_after.map(millis),
+    })
+}
+
+/// `upgrade.gate`.
+pub fn gate<P: Upgrade>(
+    app: &str,
+    observed: &[String],
+    from: String,
+    to: String,
+    now_ms: i64,
+) -> Result<UpgradeDecision> {
+    let input = UpgradeInput {
+        app: read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        from,
+        to,
+        now: read_now(now_ms)?,
+    };
+    P::gate(&input)
+}
+
+/// `finalize.cleanup`.
+pub fn cleanup<P: Finalize>(
+    app: &str,
+    retained: &[String],
+    now_ms: i64,
+) -> Result<FinalizeDecision> {
+    let input = FinalizeInput {
+        app: read_app::<P>(app)?,
+        retained: Observed::from_json("retained", retained)?,
+        now: read_now(now_ms)?,
+    };
+    P::cleanup(&input)
+}
+
+/// Reads the App and runs the plugin's validation, so no capability ever
+/// sees a config that fails it.
+fn read_app<P: Plugin>(json: &str) -> Result<App<P::Config>> {
+    let app = App::from_json(json).map_err(|e| match e.field() {
+        Some(_) => e,
+        None => e.with_field("app"),
+    })?;
+    P::validate(app.config())?;
+    Ok(app)
+}
+
+fn read_now(now_ms: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(now_ms).ok_or_else(|| {
+        Error::invalid_input(format!("{now_ms} ms is out of range")).with_field("now")
+    })
+}
+
+/// k8s objects go through `Value` first, as in [`Plan::push`](crate::Plan::push):
+/// one serializer instantiation per k8s-openapi type keeps the component small.
+fn to_value<T: serde::Serialize>(object: &T) -> Result<serde_json::Value> {
+    serde_json::to_value(object)
+        .map_err(|e| Error::internal(format!("cannot serialize output: {e}")))
+}
+
+fn to_json(value: &serde_json::Value) -> Result<String> {
+    serde_json::to_string(value)
+        .map_err(|e| Error::internal(format!("cannot serialize output: {e}")))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,601 @@
+//! The App resource end to end on the real control plane with the kvstore plugin: objects with
+//! owner references, Pods Ready, App Ready with observedGeneration; spec changes re-plan; a
+//! forbidden plan is rejected whole while other Apps carry on; upgrades are held then allowed;
+//! one backup Job per slot; deletion honours the retention policy.
+
+use std::{collections::BTreeMap, process::Stdio, time::Duration};
+
+use k8s_openapi::{
+    ByteString,
+    api::{
+        apps::v1::StatefulSet,
+        batch::v1::Job,
+        core::v1::{ConfigMap, PersistentVolumeClaim},
+    },
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use wasmop_host::{app::App, plugin::source::oci::OciSource};
+
+use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for};
+
+/// A `wasmop run` process watching one namespace, stopped when dropped.
+pub struct Host {
+    _child: tokio::process::Child,
+    cache: std::path::PathBuf,
+}
+
+impl Host {
+    /// Starts the host for `namespace` and waits for `/readyz`.
+    pub async fn start(local: &Local, namespace: &str) -> anyhow::Result<Self> {
+        Self::start_with(local, namespace, &[], namespace).await
+    }
+
+    /// Starts the host for `namespace` with `extra` arguments, as Pod `identity`.
+    pub async fn start_with(
+        local: &Local,
+        namespace: &str,
+        extra: &[&str],
+        identity: &str,
+    ) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let cache = std::env::temp_dir().join(unique("wasmop-e2e-cache"));
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}-host.log")))?;
+        let child = tokio::process::Command::new(crate::harness::wasmop_binary()?)
+            .args([
+                "run",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--namespace",
+                namespace,
+                "--poll-interval",
+                "1s",
+            ])
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(extra)
+            .env("KUBECONFIG", &local.kubeconfig)
+            .env("POD_NAME", identity)
+            .env("RUST_LOG", "info,wasmop_host=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        let http = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        wait_for("the host to be ready", Duration::from_secs(60), || async {
+            Ok(http
+                .get(&url)
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ()))
+        })
+        .await?;
+        Ok(Self {
+            _child: child,
+            cache,
+        })
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.cache);
+    }
+}
+
+async fn push_kvstore(local: &Local) -> anyhow::Result<String> {
+    let reference = format!("{}/e2e/{}:1.0", local.registry, unique("kvstore"));
+    OciSource::new(None, vec![])?
+        .push(&reference, &component("kvstore.wasm")?)
+        .await?;
+    Ok(reference)
+}
+
+fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::Result<App> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": name},
+        "spec": {"plugin": plugin, "version": version, "config": config},
+    }))?)
+}
+
+fn condition(app: &App, type_: &str) -> Option<(String, String, String)> {
+    app.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_app(
+    api: &Api<App>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    ok: impl Fn(&App) -> bool,
+) -> anyhow::Result<App> {
+    wait_for(&format!("App {name}: {what}"), timeout, || async {
+        let app = api.get(name).await?;
+        Ok(ok(&app).then_some(app))
+    })
+    .await
+}
+
+fn ready_at(generation: i64, version: &'static str) -> impl Fn(&App) -> bool {
+    move |app: &App| {
+        let status = app.status.as_ref();
+        status.and_then(|s| s.observed_generation) == Some(generation)
+            && status.and_then(|s| s.version.as_deref()) == Some(version)
+            && condition(app, "Available").is_some_and(|c| c.0 == "True")
+    }
+}
+
+async fn patch_spec(api: &Api<App>, name: &str, spec: Value) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn kvstore_app_reconciles_replans_upgrades_and_backs_up() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-app").await?;
+    let image = push_kvstore(&local).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let config = json!({"replicas": 3, "backup": {"schedule": "* * * * *", "retain": 3}});
+    apps.create(
+        &PostParams::default(),
+        &app("kv", json!({"image": image}), "7.2.4", config)?,
+    )
+    .await?;
+
+    let ready = wait_app(
+        &apps,
+        "kv",
+        "Ready at 7.2.4",
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    assert_eq!(
+        condition(&ready, "PluginReady").map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let uid = ready.uid().unwrap_or_default();
+
+    // Everything planned carries the owner reference and the labels.
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let kv = sts.get("kv").await?;
+    assert_eq!(kv.status.as_ref().and_then(|s| s.ready_replicas), Some(3));
+    for (kind, owners, labels) in owned_metadata(&client, &ns.name).await? {
+        assert!(
+            owners.iter().any(|o| o == &uid),
+            "{kind} is not owned by the App"
+        );
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("wasmop"),
+            "{kind}"
+        );
+        assert_eq!(
+            labels.get("wasmop.dev/app").map(String::as_str),
+            Some("kv"),
+            "{kind}"
+        );
+    }
+
+    // A backup Job for the first minute tick after the App was created, exactly one per slot.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let backups = wait_for("a backup Job", Duration::from_secs(75), || async {
+        let list = jobs
+            .list(&ListParams::default().labels("wasmop.dev/backup-slot"))
+            .await?;
+        Ok((!list.items.is_empty()).then_some(list.items))
+    })
+    .await?;
+    let mut slots: Vec<String> = backups
+        .iter()
+        .filter_map(|j| j.labels().get("wasmop.dev/backup-slot").cloned())
+        .collect();
+    let count = slots.len();
+    slots.dedup();
+    assert_eq!(slots.len(), count, "a slot ran twice: {slots:?}");
+    for job in &backups {
+        let slot = &job.labels()["wasmop.dev/backup-slot"];
+        assert_eq!(job.name_any(), format!("kv-backup-{slot}"));
+    }
+
+    // A spec change re-plans.
+    patch_spec(
+        &apps,
+        "kv",
+        json!({"config": {"replicas": 2, "backup": {"schedule": "* * * * *", "retain": 3}}}),
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "kv",
+        "observes generation 2",
+        Duration::from_secs(30),
+        ready_at(2, "7.2.4"),
+    )
+    .await?;
+    wait_for(
+        "StatefulSet kv to have 2 replicas",
+        Duration::from_secs(30),
+        || async { Ok((sts.get("kv").await?.spec.replicas == Some(2)).then_some(())) },
+    )
+    .await?;
+
+    // Skipping a minor is refused and held at the rolled-out version.
+    patch_spec(&apps, "kv", json!({"version": "7.4.0"})).await?;
+    let held = wait_app(&apps, "kv", "UpgradeGated", Duration::from_secs(30), |a| {
+        condition(a, "UpgradeGated").is_some_and(|c| c.0 == "True")
+            && a.status.as_ref().and_then(|s| s.observed_generation) == Some(3)
+    })
+    .await?;
+    let gate = condition(&held, "UpgradeGated").unwrap_or_default();
+    assert_eq!(gate.1, "Denied", "{gate:?}");
+    assert!(gate.2.contains("one minor at a time"), "{gate:?}");
+    assert_eq!(
+        held.status.as_ref().and_then(|s| s.version.as_deref()),
+        Some("7.2.4")
+    );
+    assert_eq!(
+        image_of(&sts.get("kv").await?)
+            .as_deref()
+            .map(|i| i.ends_with(":7.2.4")),
+        Some(true),
+        "held at 7.2.4"
+    );
+
+    // The next minor is allowed, rolled out, and recorded once health says it is complete.
+    patch_spec(&apps, "kv", json!({"version": "7.3.0"})).await?;
+    let upgraded = wait_app(
+        &apps,
+        "kv",
+        "Ready at 7.3.0",
+        Duration::from_secs(60),
+        ready_at(4, "7.3.0"),
+    )
+    .await?;
+    assert_eq!(
+        condition(&upgraded, "UpgradeGated").map(|c| c.0).as_deref(),
+        Some("False")
+    );
+    assert!(image_of(&sts.get("kv").await?).is_some_and(|i| i.ends_with(":7.3.0")));
+    ns.delete().await
+}
+
+fn image_of(sts: &StatefulSet) -> Option<String> {
+    sts.spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .image
+        .clone()
+}
+
+/// Kind, owner uids and labels of every object labelled `app.kubernetes.io/managed-by=wasmop`.
+async fn owned_metadata(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<Vec<(String, Vec<String>, BTreeMap<String, String>)>> {
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=wasmop");
+    let mut out = Vec::new();
+    let mut add = |kind: &str, items: Vec<kube::api::ObjectMeta>| {
+        for m in items {
+            let owners = m
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| o.uid)
+                .collect();
+            out.push((
+                format!("{kind}/{}", m.name.unwrap_or_default()),
+                owners,
+                m.labels.unwrap_or_default(),
+            ));
+        }
+    };
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    add(
+        "StatefulSet",
+        sts.list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .map(|o| o.metadata)
+            .collect(),
+    );
+    let svc: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns);
+    let services: Vec<_> = svc
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.metadata)
+        .collect();
+    anyhow::ensure!(services.len() >= 2, "expected headless and client Services");
+    add("Service", services);
+    let pdb: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), ns);
+    add(
+        "PodDisruptionBudget",
+        pdb.list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .map(|o| o.metadata)
+            .collect(),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    add(
+        "ConfigMap",
+        cms.list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .map(|o| o.metadata)
+            .collect(),
+    );
+    anyhow::ensure!(
+        out.len() >= 5,
+        "expected at least 5 owned objects, found {out:?}"
+    );
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_forbidden_plan_is_rejected_whole_and_other_apps_carry_on() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-guard").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let fault = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("fault-plugin".into()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "plugin.wasm".into(),
+            ByteString(component("fault_plugin.wasm")?),
+        )])),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &fault).await?;
+    let image = push_kvstore(&local).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "bad",
+            from_cm.clone(),
+            "1.0.0",
+            json!({"fault": "forbidden"}),
+        )?,
+    )
+    .await?;
+    apps.create(
+        &PostParams::default(),
+        &app("trapping", from_cm, "1.0.0", json!({"fault": "panic"}))?,
+    )
+    .await?;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "good",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+
+    let bad = wait_app(&apps, "bad", "Degraded", Duration::from_secs(60), |a| {
+        condition(a, "Degraded").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    let degraded = condition(&bad, "Degraded").unwrap_or_default();
+    assert_eq!(degraded.1, "PlanRejected", "{degraded:?}");
+    assert!(
+        degraded.2.contains("ConfigMap/escape") && degraded.2.contains("kube-system"),
+        "{degraded:?}"
+    );
+    // Rejected whole: not even the harmless ConfigMap of the same plan was applied.
+    assert!(
+        cms.get_opt("fault").await?.is_none(),
+        "part of a rejected plan was applied"
+    );
+    let kube_system: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    assert!(kube_system.get_opt("escape").await?.is_none());
+
+    let trapping = wait_app(
+        &apps,
+        "trapping",
+        "Degraded",
+        Duration::from_secs(60),
+        |a| condition(a, "Degraded").is_some_and(|c| c.0 == "True"),
+    )
+    .await?;
+    let degraded = condition(&trapping, "Degraded").unwrap_or_default();
+    assert_eq!(degraded.1, "PluginTrapped", "{degraded:?}");
+    assert!(degraded.2.contains("panics on purpose"), "{degraded:?}");
+
+    wait_app(
+        &apps,
+        "good",
+        "Ready beside the faulty Apps",
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn deletion_honours_the_retention_policy() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-retain").await?;
+    let image = push_kvstore(&local).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    for (name, retention) in [("kept", "Retain"), ("gone", "Delete")] {
+        let config = json!({"replicas": 2, "retention": retention});
+        apps.create(
+            &PostParams::default(),
+            &app(name, json!({"image": image}), "7.2.4", config)?,
+        )
+        .await?;
+    }
+    for name in ["kept", "gone"] {
+        let ready = wait_app(
+            &apps,
+            name,
+            "Ready",
+            Duration::from_secs(60),
+            ready_at(1, "7.2.4"),
+        )
+        .await?;
+        assert!(
+            ready.finalizers().iter().any(|f| f == "wasmop.dev/cleanup"),
+            "{name} has no finalizer"
+        );
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    let claims_of = |app: &'static str| {
+        let pvcs = pvcs.clone();
+        async move {
+            let list = pvcs
+                .list(&ListParams::default().labels(&format!("wasmop.dev/app={app}")))
+                .await?;
+            anyhow::Ok(
+                list.items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .count(),
+            )
+        }
+    };
+    wait_for("claims of both Apps", Duration::from_secs(30), || async {
+        Ok((claims_of("kept").await? >= 2 && claims_of("gone").await? >= 2).then_some(()))
+    })
+    .await?;
+
+    for name in ["kept", "gone"] {
+        apps.delete(name, &DeleteParams::default()).await?;
+    }
+    for name in ["kept", "gone"] {
+        wait_for(
+            &format!("App {name} to be gone"),
+            Duration::from_secs(60),
+            || async { Ok(apps.get_opt(name).await?.is_none().then_some(())) },
+        )
+        .await?;
+    }
+    wait_for(
+        "the Delete App's claims to go",
+        Duration::from_secs(30),
+        || async { Ok((claims_of("gone").await? == 0).then_some(())) },
+    )
+    .await?;
+    assert!(
+        claims_of("kept").await? >= 2,
+        "the Retain App's claims must stay"
+    );
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-leader").await?;
+    let image = push_kvstore(&local).await?;
+    let args = ["--leader-elect", "--lease-namespace", ns.name.as_str()];
+    let first = Host::start_with(&local, &ns.name, &args, &format!("{}-a", ns.name)).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let holder = || async {
+        let lease = leases.get_opt("wasmop-leader").await?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity))
+    };
+    let leader = wait_for("a leader", Duration::from_secs(30), holder).await?;
+    assert_eq!(leader, format!("{}-a", ns.name));
+    let second = Host::start_with(&local, &ns.name, &args, &format!("{}-b", ns.name)).await?;
+    assert_eq!(
+        holder().await?.as_deref(),
+        Some(leader.as_str()),
+        "the standby must not take a held lease"
+    );
+
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "one",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "one",
+        "Ready under the first leader",
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+
+    drop(first);
+    let next = format!("{}-b", ns.name);
+    wait_for(
+        "the standby to take the lease",
+        Duration::from_secs(40),
+        || async { Ok(holder().await?.filter(|h| *h == next).map(|_| ())) },
+    )
+    .await?;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "two",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "two",
+        "Ready under the new leader",
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    drop(second);
+    ns.delete().await
+}
