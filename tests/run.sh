@@ -32,6 +32,14 @@ if [[ "$only" == all ]]; then
 
   step "unit and runtime tests"
   cargo test --workspace --locked --exclude wasmop-e2e
+
+  step "wasmop plugin new: the scaffold builds and passes its tests as generated"
+  scaffold="$(mktemp -d)/my-plugin"
+  cargo run -q --locked -p wasmop-host -- plugin new my-plugin --dir "$scaffold"
+  cp Cargo.lock "$scaffold/" # the workspace's versions, so the shared target dir is reused
+  cargo test -q --manifest-path "$scaffold/Cargo.toml"
+  cargo run -q --locked -p wasmop-host -- plugin build "$scaffold"
+  rm -rf "$(dirname "$scaffold")"
 fi
 
 step "local cluster and registry"

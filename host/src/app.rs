@@ -189,6 +189,20 @@ mod tests {
         assert_eq!(columns, ["Ready", "Version", "Plugin", "Age"]);
     }
 
+    /// `deploy/crds/` is what `kubectl apply` installs; it must be what the host would apply.
+    #[test]
+    fn checked_in_crd_matches_the_code() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/crds/apps.wasmop.dev.yaml"
+        );
+        let checked_in = std::fs::read_to_string(path).expect("deploy/crds/apps.wasmop.dev.yaml");
+        assert!(
+            checked_in == crd_yaml().expect("CRD serialises"),
+            "deploy/crds/apps.wasmop.dev.yaml is stale: run `wasmop crds > deploy/crds/apps.wasmop.dev.yaml`"
+        );
+    }
+
     #[test]
     fn plugin_source_carries_exactly_one_rule() {
         let yaml = crd_yaml().expect("CRD serialises");

@@ -20,7 +20,7 @@ pub enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions the host owns, as YAML.
     Crds,
-    /// Work with plugin components: inspect, push.
+    /// Write, build, inspect, run, push and pull plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
 }
@@ -28,11 +28,49 @@ pub enum Command {
 /// `wasmop plugin ...`
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
+    /// Scaffold a plugin crate (a copy of the hello template) that builds and tests as is.
+    New {
+        /// Name of the plugin (a lower-case crate name, e.g. `my-cache`).
+        name: String,
+        /// Directory to create it in (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Path of the wasmop-sdk crate (default: the SDK this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a plugin crate for wasm32-wasip2 and print the component's path, size and digest.
+    Build {
+        /// The plugin crate (default: the current directory).
+        path: Option<PathBuf>,
+    },
     /// Show a component's name, version, capabilities, world version, size and digest.
     Inspect {
-        /// The `.wasm` component.
-        file: PathBuf,
+        /// A `.wasm` file or an OCI reference.
+        plugin: String,
         /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a plugin's capabilities on an App and observed objects, under the host's sandbox and
+    /// guard; exits non-zero with the specific error on any fault or guard violation.
+    Run {
+        /// A `.wasm` file or an OCI reference.
+        plugin: String,
+        /// The App, as YAML or JSON.
+        #[arg(long)]
+        app: PathBuf,
+        /// Observed objects: a YAML/JSON file (a list, a `kind: List` or several documents) or a
+        /// directory of such files.
+        #[arg(long)]
+        observed: Option<PathBuf>,
+        /// Which capability to run.
+        #[arg(long, value_enum, default_value_t = RunCapability::All)]
+        capability: RunCapability,
+        /// The clock the plugin sees (RFC 3339); default: now.
+        #[arg(long)]
+        now: Option<String>,
+        /// Print JSON instead of YAML.
         #[arg(long)]
         json: bool,
     },
@@ -46,6 +84,34 @@ pub enum PluginCommand {
         #[arg(long)]
         insecure: bool,
     },
+    /// Pull a component from an OCI registry, verifying its digest.
+    Pull {
+        /// The OCI reference.
+        reference: String,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Allow plain HTTP to this registry even if it is not on loopback.
+        #[arg(long)]
+        insecure: bool,
+    },
+}
+
+/// The capabilities `wasmop plugin run` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunCapability {
+    /// `spec-diff.plan`, then the guard.
+    Plan,
+    /// `health.check`.
+    Health,
+    /// `backup.schedule`.
+    Backup,
+    /// `upgrade.gate` from `status.version` to `spec.version`.
+    Upgrade,
+    /// `finalize.cleanup` on the observed PersistentVolumeClaims.
+    Finalize,
+    /// Every capability the plugin has.
+    All,
 }
 
 /// Options of `wasmop run`.

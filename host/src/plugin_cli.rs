@@ -1,47 +1,69 @@
-//! `wasmop plugin ...`: the plugin author's commands, running the host's own pipeline (verify,
-//! compile, validate) so that what passes here loads in the host.
+//! `wasmop plugin ...`: the plugin author's loop — scaffold, build, inspect, run against
+//! fixtures, push, pull. Everything runs the host's own pipeline (verify, compile, validate,
+//! sandboxed calls, guard), so what passes here behaves the same in the host.
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
 
 use crate::{
-    cli::PluginCommand,
+    cli::{PluginCommand, RunCapability},
     plugin::{
-        Digest, bindings, compile::CompiledPlugin, engine::PluginEngine, source::oci::OciSource,
+        Capability, Digest, bindings,
+        call::AppContext,
+        compile::CompiledPlugin,
+        engine::PluginEngine,
+        limits::CallLimits,
+        sandbox::CallTags,
+        source::{SourceRef, oci::OciSource},
     },
+    reconcile::{fetch::BACKUP_SLOT_LABEL, guard},
 };
+
+/// The template `plugin new` copies, with `hello`/`Hello` renamed.
+const TEMPLATE_LIB: &str = include_str!("../../plugins/hello/src/lib.rs");
 
 /// Runs one `wasmop plugin` subcommand.
 pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
     match command {
-        PluginCommand::Inspect { file, json } => inspect(&file, json),
+        PluginCommand::New { name, dir, sdk } => scaffold(&name, dir, sdk),
+        PluginCommand::Build { path } => {
+            blocking(move || build(&path.unwrap_or_else(|| PathBuf::from(".")))).await
+        }
+        PluginCommand::Inspect { plugin, json } => inspect(&plugin, json).await,
+        PluginCommand::Run {
+            plugin,
+            app,
+            observed,
+            capability,
+            now,
+            json,
+        } => {
+            run_capabilities(
+                &plugin,
+                &app,
+                observed.as_deref(),
+                capability,
+                now.as_deref(),
+                json,
+            )
+            .await
+        }
         PluginCommand::Push {
             file,
             reference,
             insecure,
         } => {
             let bytes = read(&file)?;
-            let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
             // Refuse to publish what the host would refuse to load.
-            CompiledPlugin::prepare(
-                &engine,
-                None,
-                &file.display().to_string(),
-                &bytes,
-                Digest::of(&bytes),
-            )?;
-            let parsed: oci_client::Reference = reference
-                .parse()
-                .with_context(|| format!("invalid OCI reference {reference:?}"))?;
-            let insecure = if insecure {
-                vec![parsed.resolve_registry().to_string()]
-            } else {
-                vec![]
-            };
-            let digest = OciSource::new(None, insecure)?
-                .push(&reference, &bytes)
-                .await?;
+            let (label, checked) = (file.display().to_string(), bytes.clone());
+            blocking(move || prepare(&label, &checked).map(drop)).await?;
+            let digest = oci(&reference, insecure)?.push(&reference, &bytes).await?;
+            let parsed: oci_client::Reference = reference.parse()?;
             println!(
                 "{}/{}@{digest}",
                 parsed.resolve_registry(),
@@ -49,31 +71,98 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        PluginCommand::Pull {
+            reference,
+            output,
+            insecure,
+        } => {
+            let source = SourceRef::Oci(reference.clone());
+            let (_, fetched) = oci(&reference, insecure)?
+                .fetch(&source, &reference)
+                .await?;
+            std::fs::write(&output, &fetched.bytes)
+                .with_context(|| format!("writing {}", output.display()))?;
+            println!(
+                "{} {} bytes {}",
+                output.display(),
+                fetched.bytes.len(),
+                fetched.digest
+            );
+            Ok(())
+        }
     }
+}
+
+fn oci(reference: &str, insecure: bool) -> anyhow::Result<OciSource> {
+    let parsed: oci_client::Reference = reference
+        .parse()
+        .with_context(|| format!("invalid OCI reference {reference:?}"))?;
+    let insecure = if insecure {
+        vec![parsed.resolve_registry().to_string()]
+    } else {
+        vec![]
+    };
+    OciSource::new(None, insecure)
 }
 
 fn read(file: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(file).with_context(|| format!("reading {}", file.display()))
 }
 
-fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
-    let bytes = read(file)?;
+/// A file path if it exists, else an OCI reference to pull.
+async fn load_bytes(plugin: &str) -> anyhow::Result<Vec<u8>> {
+    let path = Path::new(plugin);
+    if path.exists() {
+        return read(path);
+    }
+    let source = SourceRef::Oci(plugin.to_string());
+    let (_, fetched) = oci(plugin, false)
+        .with_context(|| format!("{plugin} is neither a file nor an OCI reference"))?
+        .fetch(&source, plugin)
+        .await?;
+    Ok(fetched.bytes)
+}
+
+/// Runs plugin work on a blocking thread: wasmtime calls are synchronous, and WASI's stdio
+/// must not block a runtime worker.
+async fn blocking<R: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<R> + Send + 'static,
+) -> anyhow::Result<R> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .context("plugin work panicked")?
+}
+
+/// The engine stays in its `Arc`: its epoch ticker (the deadlines) lives as long as it does.
+fn prepare(
+    label: &str,
+    bytes: &[u8],
+) -> anyhow::Result<(std::sync::Arc<PluginEngine>, CompiledPlugin)> {
     let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let digest = Digest::of(&bytes);
-    let plugin = CompiledPlugin::prepare(
-        &engine,
-        None,
-        &file.display().to_string(),
-        &bytes,
-        digest.clone(),
-    )?;
-    let m = &plugin.metadata;
-    let capabilities: Vec<&str> = plugin.capabilities.iter().map(|c| c.interface()).collect();
+    let plugin = CompiledPlugin::prepare(&engine, None, label, bytes, Digest::of(bytes))?;
+    Ok((engine, plugin))
+}
+
+async fn inspect(plugin: &str, json: bool) -> anyhow::Result<()> {
+    let bytes = load_bytes(plugin).await?;
+    let label = plugin.to_string();
+    blocking(move || inspect_bytes(&label, &bytes, json)).await
+}
+
+fn inspect_bytes(plugin: &str, bytes: &[u8], json: bool) -> anyhow::Result<()> {
+    let (_engine, compiled) = prepare(plugin, bytes)?;
+    let m = &compiled.metadata;
+    let capabilities: Vec<&str> = compiled
+        .capabilities
+        .iter()
+        .map(|c| c.interface())
+        .collect();
+    let world = format!("{}@{}", bindings::PACKAGE, bindings::WORLD_VERSION);
     if json {
-        let out = serde_json::json!({
+        let out = json!({
             "name": m.name, "version": m.version, "description": m.description,
-            "capabilities": capabilities, "world": format!("{}@{}", bindings::PACKAGE, bindings::WORLD_VERSION),
-            "size": bytes.len(), "digest": digest.as_str(), "owns": m.owns, "observes": m.observes,
+            "capabilities": capabilities, "world": world, "size": bytes.len(),
+            "digest": compiled.digest.as_str(), "owns": m.owns, "observes": m.observes,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -81,14 +170,442 @@ fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
         println!("version:      {}", m.version);
         println!("description:  {}", m.description);
         println!("capabilities: {}", capabilities.join(", "));
-        println!(
-            "world:        {}@{}",
-            bindings::PACKAGE,
-            bindings::WORLD_VERSION
-        );
+        println!("world:        {world}");
         println!("size:         {} bytes", bytes.len());
-        println!("digest:       {digest}");
+        println!("digest:       {}", compiled.digest);
         println!("owns:         {}", m.owns.join(", "));
     }
     Ok(())
+}
+
+/// Reads YAML or JSON documents: one object, a list, a `kind: List`, or several documents.
+fn read_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in
+            std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?
+        {
+            let file = entry?.path();
+            if file
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            {
+                files.push(file);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut objects = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document)
+                .with_context(|| format!("parsing {}", file.display()))?;
+            match value {
+                Value::Null => {}
+                Value::Array(items) => objects.extend(items),
+                Value::Object(ref map)
+                    if map.get("kind").and_then(Value::as_str) == Some("List") =>
+                {
+                    objects.extend(
+                        map.get("items")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+                other => objects.push(other),
+            }
+        }
+    }
+    Ok(objects)
+}
+
+async fn run_capabilities(
+    plugin: &str,
+    app_path: &Path,
+    observed: Option<&Path>,
+    which: RunCapability,
+    now: Option<&str>,
+    json_out: bool,
+) -> anyhow::Result<()> {
+    let bytes = load_bytes(plugin).await?;
+    let (label, app_path) = (plugin.to_string(), app_path.to_path_buf());
+    let (observed, now) = (observed.map(Path::to_path_buf), now.map(str::to_string));
+    blocking(move || {
+        run_sync(
+            &label,
+            &bytes,
+            &app_path,
+            observed.as_deref(),
+            which,
+            now.as_deref(),
+            json_out,
+        )
+    })
+    .await
+}
+
+fn run_sync(
+    plugin: &str,
+    bytes: &[u8],
+    app_path: &Path,
+    observed: Option<&Path>,
+    which: RunCapability,
+    now: Option<&str>,
+    json_out: bool,
+) -> anyhow::Result<()> {
+    let (engine, compiled) = prepare(plugin, bytes)?;
+    let mut apps = read_objects(app_path)?;
+    if apps.len() != 1 {
+        bail!(
+            "{} must hold exactly one App, found {} objects",
+            app_path.display(),
+            apps.len()
+        );
+    }
+    let mut app = apps.remove(0);
+    if app.get("kind").and_then(Value::as_str) != Some("App") {
+        bail!("{}: kind must be App", app_path.display());
+    }
+    // The host hands plugins the App as the API server stores it: with namespace and uid.
+    let metadata = app
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .context("the App has no metadata")?;
+    metadata.entry("namespace").or_insert(json!("default"));
+    metadata
+        .entry("uid")
+        .or_insert(json!("00000000-0000-0000-0000-000000000000"));
+    metadata.entry("generation").or_insert(json!(1));
+    let namespace = app
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_string();
+    let desired = app
+        .pointer("/spec/version")
+        .and_then(Value::as_str)
+        .context("the App has no spec.version")?
+        .to_string();
+    let rolled_out = app
+        .pointer("/status/version")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let observed = match observed {
+        Some(path) => read_objects(path)?,
+        None => Vec::new(),
+    };
+    let now_ms = match now {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .with_context(|| format!("--now {text:?} is not RFC 3339"))?
+            .timestamp_millis(),
+        None => chrono::Utc::now().timestamp_millis(),
+    };
+    let limits = CallLimits::with_overrides(
+        app.pointer("/spec/limits/timeoutMs")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+        app.pointer("/spec/limits/memoryMib")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+    );
+    let cx = AppContext {
+        app: &app,
+        observed: &observed,
+        now_ms,
+    };
+    let tags = || CallTags {
+        plugin: compiled.label(),
+        app: format!("{namespace}/cli"),
+    };
+    let wanted = |c: Capability, r: RunCapability| {
+        which == r || (which == RunCapability::All && compiled.capabilities.contains(&c))
+    };
+    if which != RunCapability::All {
+        let capability = match which {
+            RunCapability::Plan => Capability::SpecDiff,
+            RunCapability::Health => Capability::Health,
+            RunCapability::Backup => Capability::Backup,
+            RunCapability::Upgrade => Capability::Upgrade,
+            RunCapability::Finalize => Capability::Finalize,
+            RunCapability::All => unreachable!("handled above"),
+        };
+        if !compiled.capabilities.contains(&capability) {
+            bail!("{} does not implement {capability}", compiled.label());
+        }
+    }
+
+    let mut out = serde_json::Map::new();
+    if wanted(Capability::SpecDiff, RunCapability::Plan) {
+        let plan = compiled.call_plan(
+            &engine,
+            &limits,
+            tags(),
+            cx,
+            rolled_out.as_deref(),
+            &desired,
+        )?;
+        let guarded = guard::check(&namespace, plan.objects)?;
+        let objects: Vec<Value> = guarded
+            .into_iter()
+            .map(|g| Value::Object(g.object))
+            .collect();
+        out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
+    }
+    if wanted(Capability::Health, RunCapability::Health) {
+        let version = rolled_out.clone().unwrap_or_else(|| desired.clone());
+        let report = compiled.call_health(&engine, &limits, tags(), cx, &version)?;
+        let conditions: Vec<Value> = report
+            .conditions
+            .iter()
+            .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message}))
+            .collect();
+        out.insert(
+            "health".into(),
+            json!({
+                "state": format!("{:?}", report.state), "message": report.message,
+                "rolloutComplete": report.rollout_complete, "conditions": conditions,
+            }),
+        );
+    }
+    if wanted(Capability::Backup, RunCapability::Backup) {
+        let last = last_completed_slot(&observed);
+        let decision = compiled.call_backup(&engine, &limits, tags(), cx, last.as_deref())?;
+        out.insert(
+            "backup".into(),
+            json!({
+                "run": decision.run.map(|(slot, job)| json!({"slot": slot, "job": job})),
+                "expire": decision.expire,
+                "requeueAfterMs": decision.requeue_after.map(|d| d.as_millis() as u64),
+            }),
+        );
+    }
+    if wanted(Capability::Upgrade, RunCapability::Upgrade) {
+        let from = rolled_out.clone().unwrap_or_else(|| desired.clone());
+        let decision = compiled.call_upgrade(&engine, &limits, tags(), cx, &from, &desired)?;
+        out.insert(
+            "upgrade".into(),
+            json!({"from": from, "to": desired, "decision": format!("{decision:?}")}),
+        );
+    }
+    if wanted(Capability::Finalize, RunCapability::Finalize) {
+        let claims: Vec<Value> = observed
+            .iter()
+            .filter(|o| o.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim"))
+            .cloned()
+            .collect();
+        let cx = AppContext {
+            observed: &claims,
+            ..cx
+        };
+        let decision = compiled.call_finalize(&engine, &limits, tags(), cx)?;
+        let names = |refs: &[crate::plugin::call::ObjectRef]| {
+            refs.iter()
+                .map(|r| format!("{}/{}", r.kind, r.name))
+                .collect::<Vec<_>>()
+        };
+        out.insert(
+            "finalize".into(),
+            json!({"delete": names(&decision.delete), "keep": names(&decision.keep)}),
+        );
+    }
+    let out = Value::Object(out);
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", serde_yaml::to_string(&out)?);
+    }
+    Ok(())
+}
+
+/// The newest slot among observed backup Jobs that succeeded.
+fn last_completed_slot(observed: &[Value]) -> Option<String> {
+    observed
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Job"))
+        .filter(|o| {
+            o.pointer("/status/succeeded")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                > 0
+        })
+        .filter_map(|o| {
+            o.pointer(&format!(
+                "/metadata/labels/{}",
+                BACKUP_SLOT_LABEL.replace('/', "~1")
+            ))
+        })
+        .filter_map(|slot| slot.as_str().map(str::to_string))
+        .max()
+}
+
+/// Builds the plugin crate at `path` for wasm32-wasip2 (release) and reports the component.
+fn build(path: &Path) -> anyhow::Result<()> {
+    let manifest = path.join("Cargo.toml");
+    if !manifest.is_file() {
+        bail!("{} has no Cargo.toml", path.display());
+    }
+    let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    if !output.status.success() {
+        bail!("cargo build of {} failed", manifest.display());
+    }
+    let wasm = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m.get("reason").and_then(Value::as_str) == Some("compiler-artifact"))
+        .filter(|m| {
+            m.pointer("/target/kind")
+                .and_then(Value::as_array)
+                .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+        })
+        .flat_map(|m| {
+            m.get("filenames")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|f| f.as_str().map(PathBuf::from))
+        .rfind(|f| f.extension().is_some_and(|e| e == "wasm"))
+        .context("cargo built no .wasm cdylib; is crate-type = [\"cdylib\"] set?")?;
+    let bytes = read(&wasm)?;
+    let (_engine, compiled) = prepare(&wasm.display().to_string(), &bytes)?;
+    let capabilities: Vec<&str> = compiled
+        .capabilities
+        .iter()
+        .map(|c| c.interface())
+        .collect();
+    println!("{}", wasm.display());
+    println!("size:         {} bytes", bytes.len());
+    println!("digest:       {}", compiled.digest);
+    println!("capabilities: {}", capabilities.join(", "));
+    Ok(())
+}
+
+/// `my-plugin` -> `MyPlugin`.
+fn type_name(name: &str) -> String {
+    name.split(['-', '_'])
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn scaffold(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> anyhow::Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        bail!(
+            "plugin name {name:?} must be lower-case letters, digits and '-', starting with a letter"
+        );
+    }
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() {
+        bail!("{} already exists", dir.display());
+    }
+    let sdk = sdk.unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk")));
+    let sdk = sdk
+        .canonicalize()
+        .with_context(|| format!("the SDK at {} (pass --sdk)", sdk.display()))?;
+    std::fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let ty = type_name(name);
+    let lib = TEMPLATE_LIB
+        .replace("Hello", &ty)
+        .replace("\"hello\"", &format!("\"{name}\""))
+        .replace("`hello`", &format!("`{name}`"))
+        .replace("wasmop/hello:", &format!("wasmop/{name}:"))
+        .replace("a hello App", &format!("a {name} App"));
+    let cargo = format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+# A wasm32-wasip2 component; `cargo test` runs the logic natively.
+crate-type = ["cdylib"]
+
+[dependencies]
+serde = {{ version = "1", features = ["derive"] }}
+wasmop-sdk = {{ path = "{sdk}" }}
+
+[dev-dependencies]
+serde_json = "1"
+
+[profile.release]
+opt-level = "s"
+strip = true
+
+# Optimised dependencies keep native test runs quick.
+[profile.dev.package."*"]
+opt-level = 1
+
+# A plugin is its own workspace.
+[workspace]
+"#,
+        sdk = sdk.display()
+    );
+    std::fs::write(dir.join("Cargo.toml"), cargo)?;
+    std::fs::write(dir.join("src/lib.rs"), lib)?;
+    std::fs::write(dir.join(".gitignore"), "/target\n")?;
+    println!("created plugin {name} in {}", dir.display());
+    println!("  cargo test --manifest-path {}/Cargo.toml", dir.display());
+    println!("  wasmop plugin build {}", dir.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_are_camel_case() {
+        assert_eq!(type_name("my-cache"), "MyCache");
+        assert_eq!(type_name("kv"), "Kv");
+    }
+
+    #[test]
+    fn bad_plugin_names_are_refused() {
+        let err = scaffold("My Plugin", Some(std::env::temp_dir().join("never")), None)
+            .expect_err("invalid");
+        assert!(err.to_string().contains("lower-case"), "{err}");
+    }
+
+    #[test]
+    fn backup_slot_label_is_read_from_jobs() {
+        let jobs = vec![
+            json!({"kind": "Job", "metadata": {"labels": {BACKUP_SLOT_LABEL: "20261202-000000"}}, "status": {"succeeded": 1}}),
+            json!({"kind": "Job", "metadata": {"labels": {BACKUP_SLOT_LABEL: "20261202-060000"}}, "status": {}}),
+        ];
+        assert_eq!(
+            last_completed_slot(&jobs).as_deref(),
+            Some("20261202-000000")
+        );
+    }
 }

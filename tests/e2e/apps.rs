@@ -41,6 +41,16 @@ impl Host {
         extra: &[&str],
         identity: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_as(&local.kubeconfig, namespace, extra, identity).await
+    }
+
+    /// Starts the host with the credentials of `kubeconfig`.
+    pub async fn start_as(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        extra: &[&str],
+        identity: &str,
+    ) -> anyhow::Result<Self> {
         let port = free_port()?;
         let cache = std::env::temp_dir().join(unique("wasmop-e2e-cache"));
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}-host.log")))?;
@@ -57,7 +67,7 @@ impl Host {
             .arg("--cache-dir")
             .arg(&cache)
             .args(extra)
-            .env("KUBECONFIG", &local.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", identity)
             .env("RUST_LOG", "info,wasmop_host=debug")
             .stdout(Stdio::null())
@@ -89,7 +99,7 @@ impl Drop for Host {
     }
 }
 
-async fn push_kvstore(local: &Local) -> anyhow::Result<String> {
+pub async fn push_kvstore(local: &Local) -> anyhow::Result<String> {
     let reference = format!("{}/e2e/{}:1.0", local.registry, unique("kvstore"));
     OciSource::new(None, vec![])?
         .push(&reference, &component("kvstore.wasm")?)
@@ -97,7 +107,7 @@ async fn push_kvstore(local: &Local) -> anyhow::Result<String> {
     Ok(reference)
 }
 
-fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::Result<App> {
+pub fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::Result<App> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
         "metadata": {"name": name},
@@ -114,7 +124,7 @@ fn condition(app: &App, type_: &str) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn wait_app(
+pub async fn wait_app(
     api: &Api<App>,
     name: &str,
     what: &str,
@@ -128,7 +138,7 @@ async fn wait_app(
     .await
 }
 
-fn ready_at(generation: i64, version: &'static str) -> impl Fn(&App) -> bool {
+pub fn ready_at(generation: i64, version: &'static str) -> impl Fn(&App) -> bool {
     move |app: &App| {
         let status = app.status.as_ref();
         status.and_then(|s| s.observed_generation) == Some(generation)

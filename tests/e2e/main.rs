@@ -8,7 +8,9 @@
 mod harness;
 
 mod apps;
+mod cli;
 mod cluster;
+mod deploy;
 mod host;
 mod plugin_sources;
 mod registry;

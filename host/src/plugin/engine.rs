@@ -56,7 +56,7 @@ impl PluginEngine {
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let fingerprint = format!(
-            "wasmtime-{}-{:016x}",
+            "wasmop-{}-{:016x}",
             env!("CARGO_PKG_VERSION"),
             hasher.finish()
         );

@@ -1,0 +1,117 @@
+//! `deploy/` installs on the real cluster, and its RBAC is enough: the host, running with the
+//! ServiceAccount's permissions only (impersonated), reconciles an App to Ready.
+
+use std::{process::Command, time::Duration};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{Api, api::PostParams};
+use serde_json::json;
+use wasmop_host::app::App;
+
+use crate::{
+    apps::{Host, app, push_kvstore, ready_at, wait_app},
+    harness::{Local, TestNamespace, unique, wait_for},
+};
+
+fn kubectl(local: &Local) -> anyhow::Result<Command> {
+    let env = std::fs::read_to_string(local.kubeconfig.with_file_name("env"))?;
+    let path = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export WASMOP_KUBECTL="))
+        .ok_or_else(|| anyhow::anyhow!("WASMOP_KUBECTL missing from the env file"))?;
+    let mut command = Command::new(path);
+    command.arg("--kubeconfig").arg(&local.kubeconfig);
+    Ok(command)
+}
+
+#[tokio::test]
+async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+    let out = kubectl(&local)?
+        .args(["apply", "--server-side", "--force-conflicts", "-k", deploy])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "wasmop-system");
+    wait_for(
+        "2 available wasmop replicas",
+        Duration::from_secs(60),
+        || async {
+            let d = deployments.get("wasmop").await?;
+            Ok((d.status.and_then(|s| s.available_replicas) == Some(2)).then_some(()))
+        },
+    )
+    .await?;
+    let pod = &deployments.get("wasmop").await?.spec.template;
+    let container = &pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default()[0];
+    let security = container.security_context.clone().unwrap_or_default();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert!(
+        container
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a == "--leader-elect")
+    );
+
+    // The host with the ServiceAccount's permissions and nothing else.
+    let kubeconfig_text = std::fs::read_to_string(&local.kubeconfig)?;
+    let impersonating = kubeconfig_text.replace(
+        "    client-key:",
+        "    as: system:serviceaccount:wasmop-system:wasmop\n    client-key:",
+    );
+    anyhow::ensure!(
+        impersonating != kubeconfig_text,
+        "could not add impersonation to the kubeconfig"
+    );
+    let kubeconfig = std::env::temp_dir().join(unique("wasmop-sa-kubeconfig"));
+    std::fs::write(&kubeconfig, impersonating)?;
+    // The impersonation is real: the ServiceAccount may not read Secrets.
+    let sa = Local {
+        kubeconfig: kubeconfig.clone(),
+        registry: local.registry.clone(),
+    };
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(sa.client().await?);
+    match secrets.list(&Default::default()).await {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => anyhow::bail!(
+            "the ServiceAccount should be refused Secrets, got {:?}",
+            other.map(|l| l.items.len())
+        ),
+    }
+
+    let ns = TestNamespace::create(&client, "e2e-rbac").await?;
+    let image = push_kvstore(&local).await?;
+    let identity = unique("rbac-host");
+    let args = ["--leader-elect", "--lease-namespace", "wasmop-system"];
+    // The installed replicas are kwok Pods that never run, so they never hold the lease.
+    let host = Host::start_as(&kubeconfig, &ns.name, &args, &identity).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let config = json!({"replicas": 1, "backup": {"schedule": "* * * * *", "retain": 1}, "retention": "Delete"});
+    apps.create(
+        &PostParams::default(),
+        &app("rbac", json!({"image": image}), "7.2.4", config)?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "rbac",
+        "Ready with only the ServiceAccount's rights",
+        Duration::from_secs(90),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    drop(host);
+    let _ = std::fs::remove_file(&kubeconfig);
+    ns.delete().await
+}
