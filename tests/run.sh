@@ -26,6 +26,9 @@ if [[ "$only" == all ]]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 
   step "plugins for wasm32-wasip2"
+  # A second kvstore build that plans differently, for the live-swap journey test.
+  KVSTORE_BUILD=v2 plugins/build.sh kvstore >/dev/null
+  cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/kvstore.wasm" "$CARGO_TARGET_DIR/wasm32-wasip2/release/kvstore-v2.wasm"
   plugins/build.sh
   # The hostile test guests of host/tests/runtime.rs (see host/tests/plugins/README.md).
   cargo build --locked --release --target wasm32-wasip2 -p fault-plugin -p wrong-world-plugin

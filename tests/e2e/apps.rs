@@ -24,8 +24,9 @@ use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_fo
 
 /// A `wasmop run` process watching one namespace, stopped when dropped.
 pub struct Host {
-    _child: tokio::process::Child,
-    cache: std::path::PathBuf,
+    child: tokio::process::Child,
+    /// The cache directory this Host made (removed on drop); none when the caller gave one.
+    cache: Option<std::path::PathBuf>,
 }
 
 impl Host {
@@ -52,7 +53,9 @@ impl Host {
         identity: &str,
     ) -> anyhow::Result<Self> {
         let port = free_port()?;
-        let cache = std::env::temp_dir().join(unique("wasmop-e2e-cache"));
+        // A caller that passes --cache-dir keeps its cache across Hosts (restart tests).
+        let cache = (!extra.contains(&"--cache-dir"))
+            .then(|| std::env::temp_dir().join(unique("wasmop-e2e-cache")));
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}-host.log")))?;
         let child = tokio::process::Command::new(crate::harness::wasmop_binary()?)
             .args([
@@ -64,8 +67,11 @@ impl Host {
                 "--poll-interval",
                 "1s",
             ])
-            .arg("--cache-dir")
-            .arg(&cache)
+            .args(
+                cache
+                    .iter()
+                    .flat_map(|c| [std::ffi::OsStr::new("--cache-dir"), c.as_os_str()]),
+            )
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", identity)
@@ -86,16 +92,27 @@ impl Host {
                 .map(|_| ()))
         })
         .await?;
-        Ok(Self {
-            _child: child,
-            cache,
-        })
+        Ok(Self { child, cache })
+    }
+}
+
+impl Host {
+    /// The host's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.cache);
+        if let Some(cache) = &self.cache {
+            let _ = std::fs::remove_dir_all(cache);
+        }
     }
 }
 

@@ -12,5 +12,6 @@ mod cli;
 mod cluster;
 mod deploy;
 mod host;
+mod journey;
 mod plugin_sources;
 mod registry;

@@ -196,9 +196,10 @@ async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
 }
 
 /// A registry of this test's own, so that stopping it affects no other test.
-struct PrivateRegistry {
+pub struct PrivateRegistry {
     child: tokio::process::Child,
-    addr: String,
+    /// `127.0.0.1:port`.
+    pub addr: String,
     _dir: TempDir,
 }
 
@@ -211,7 +212,14 @@ impl Drop for TempDir {
 }
 
 impl PrivateRegistry {
-    async fn start() -> anyhow::Result<Self> {
+    /// Stops the registry process.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
+    /// Starts a registry with its own storage on a free loopback port.
+    pub async fn start() -> anyhow::Result<Self> {
         let dir = TempDir(std::env::temp_dir().join(unique("wasmop-registry")));
         std::fs::create_dir_all(&dir.0)?;
         let addr = format!("127.0.0.1:{}", free_port()?);
@@ -278,7 +286,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
         watcher.retain(&[]);
     }
 
-    private.child.kill().await?;
+    private.stop().await?;
     let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;
     let start = Instant::now();
     watcher.ensure(&source);

@@ -10,6 +10,8 @@ pub const SERVICE_NAME: &str = "kvstore";
 pub const SERVER: &str = "server";
 /// The Valkey port.
 pub const PORT: i32 = 6379;
+/// Annotation on the config ConfigMap naming the plugin build that planned it.
+pub const BUILD_ANNOTATION: &str = "kvstore.wasmop.dev/build";
 /// Name of the data volume claim template; PVCs are `data-<app>-<ordinal>`.
 pub const DATA_VOLUME: &str = "data";
 /// Label the StatefulSet controller puts on each Pod.

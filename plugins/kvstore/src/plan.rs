@@ -37,6 +37,12 @@ fi
 exec valkey-server /config/valkey.conf --replicaof "$PRIMARY_HOST" 6379
 "#;
 
+/// The build label baked in at compile time (`KVSTORE_BUILD=v2 plugins/build.sh kvstore`).
+const BUILD: &str = match option_env!("KVSTORE_BUILD") {
+    Some(build) => build,
+    None => "dev",
+};
+
 impl SpecDiff for Kvstore {
     fn plan(input: &PlanInput<Config>) -> Result<Plan> {
         let app = &input.app;
@@ -53,38 +59,45 @@ impl SpecDiff for Kvstore {
 
         let conf = valkey_conf(config);
         let mut plan = Plan::new();
-        plan.push(&config_map(
+        let mut settings = config_map(
             &scope,
             names::config_map(app),
             [
                 ("valkey.conf", conf.clone()),
                 ("start.sh", START_SCRIPT.to_string()),
             ],
-        ))?
-        .push(
-            &ServiceBuilder::headless(&scope, names::headless(app))
-                .port("valkey", names::PORT)
-                .build(),
-        )?
-        .push(
-            // Writes go to the primary only.
-            &ServiceBuilder::cluster_ip(&scope, names::statefulset(app))
-                .port("valkey", names::PORT)
-                .select(names::POD_NAME_LABEL, names::pod(app, 0))
-                .build(),
-        )?
-        .push(
-            &PdbBuilder::new(&scope, names::statefulset(app))
-                .max_unavailable(1)
-                .build(),
-        )?
-        .push(&statefulset(
-            app,
-            config,
-            &scope,
-            &input.target_version,
-            &conf,
-        ))?;
+        );
+        // Which build of the plugin planned this, so that a live swap can be seen landing.
+        settings
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(names::BUILD_ANNOTATION.to_string(), BUILD.to_string());
+        plan.push(&settings)?
+            .push(
+                &ServiceBuilder::headless(&scope, names::headless(app))
+                    .port("valkey", names::PORT)
+                    .build(),
+            )?
+            .push(
+                // Writes go to the primary only.
+                &ServiceBuilder::cluster_ip(&scope, names::statefulset(app))
+                    .port("valkey", names::PORT)
+                    .select(names::POD_NAME_LABEL, names::pod(app, 0))
+                    .build(),
+            )?
+            .push(
+                &PdbBuilder::new(&scope, names::statefulset(app))
+                    .max_unavailable(1)
+                    .build(),
+            )?
+            .push(&statefulset(
+                app,
+                config,
+                &scope,
+                &input.target_version,
+                &conf,
+            ))?;
 
         // The backups volume is planned while backups need it, and kept
         // (never pruned) once it exists: switching backups off or to an
