@@ -148,6 +148,7 @@ pub async fn run(
         plugins: runtime.registry.clone(),
         sources: runtime.watcher.clone(),
         recorder: Recorder::new(client.clone(), reporter),
+        failures: Default::default(),
     });
     controller
         .owns_stream(sts_stream)

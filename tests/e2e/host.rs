@@ -22,7 +22,7 @@ async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Resul
 
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    for path in ["/healthz", "/readyz", "/metrics", "/debug/plugins"] {
         let url = format!("{base}{path}");
         wait_for(
             &format!("{url} to answer 200"),
@@ -34,6 +34,29 @@ async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Resul
         )
         .await?;
     }
+
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains("wasmop_plugin_swaps_total"),
+        "plugin metrics are exported: {metrics}"
+    );
+    let plugins: serde_json::Value = serde_json::from_str(
+        &http
+            .get(format!("{base}/debug/plugins"))
+            .send()
+            .await?
+            .text()
+            .await?,
+    )?;
+    assert!(
+        plugins.is_array(),
+        "/debug/plugins lists sources: {plugins}"
+    );
 
     let crds: Api<CustomResourceDefinition> = Api::all(client);
     let crd = crds.get("apps.wasmop.dev").await?;

@@ -61,6 +61,34 @@ pub struct Context {
     pub sources: Arc<SourceWatcher>,
     /// Publishes Events.
     pub recorder: Recorder,
+    /// Consecutive failures per App, for exponential backoff.
+    pub failures: Backoff,
+}
+
+/// Exponential backoff per App: 5 s after the first failure, doubling to at most 5 minutes, and
+/// forgotten on the first success. Applies both to failed reconciles and to Apps held by a
+/// failing plugin, so a broken plugin is not called in a tight loop.
+#[derive(Default)]
+pub struct Backoff(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+/// Longest wait between retries of a failing App.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+impl Backoff {
+    /// Records a failure of `key` and returns how long to wait before the next attempt.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = map.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        SHORT_REQUEUE
+            .saturating_mul(1 << (*count - 1).min(10))
+            .min(MAX_BACKOFF)
+    }
+
+    /// Forgets the failures of `key`.
+    pub fn succeeded(&self, key: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
 }
 
 /// Why a reconcile failed; the controller retries with backoff.
@@ -129,9 +157,9 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
 }
 
 /// What the controller does after a failed reconcile.
-pub fn error_policy(app: Arc<App>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(app: Arc<App>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(app = %app_key(&app), reason = error.metric_label(), error = %error, "reconcile failed");
-    Action::requeue(SHORT_REQUEUE)
+    Action::requeue(ctx.failures.failed(&app_key(&app)))
 }
 
 fn tags(loaded: &LoadedPlugin, app: &App) -> CallTags {
@@ -223,10 +251,12 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
                 plugin_ready,
                 Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
             ];
-            let outcome = Outcome::holding(&previous, conditions, SHORT_REQUEUE, "Degraded");
+            let wait = ctx.failures.failed(&app_key(app));
+            let outcome = Outcome::holding(&previous, conditions, wait, "Degraded");
             return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
         }
     };
+    ctx.failures.succeeded(&app_key(app));
     finish(app, ctx, api, &previous, Some(&loaded), outcome).await
 }
 
@@ -826,4 +856,19 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     )
     .await;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_cap_and_resets() {
+        let backoff = Backoff::default();
+        let waits: Vec<u64> = (0..9).map(|_| backoff.failed("ns/a").as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(backoff.failed("ns/b").as_secs(), 5, "per App");
+        backoff.succeeded("ns/a");
+        assert_eq!(backoff.failed("ns/a").as_secs(), 5);
+    }
 }
