@@ -147,6 +147,15 @@ fn push_then_pull_round_trips_through_the_registry() -> anyhow::Result<()> {
         "push prints the digest reference: {pinned}"
     );
 
+    let out = wasmop(&["plugin", "inspect", "--json", &reference])?;
+    assert!(
+        out.status.success(),
+        "inspect REF: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(info["name"], "hello");
+
     let pulled = std::env::temp_dir().join(unique("pulled") + ".wasm");
     let out = wasmop(&[
         "plugin",

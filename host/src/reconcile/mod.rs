@@ -31,6 +31,8 @@ use crate::{
     plugin::{
         CallError,
         call::{AppContext, GateDecision, HealthState},
+        compile::CompiledPlugin,
+        engine::PluginEngine,
         limits::CallLimits,
         registry::{LoadedPlugin, PluginRegistry},
         sandbox::CallTags,
@@ -260,6 +262,45 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
     finish(app, ctx, api, &previous, Some(&loaded), outcome).await
 }
 
+/// What every plugin call of one reconcile shares; `call` runs one on a blocking thread.
+#[derive(Clone)]
+struct Caller {
+    loaded: Arc<LoadedPlugin>,
+    app: Arc<Value>,
+    observed: Arc<Vec<Value>>,
+    limits: CallLimits,
+    tags: CallTags,
+    now_ms: i64,
+}
+
+impl Caller {
+    async fn call<R, F>(&self, interface: &'static str, call: F) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        F: FnOnce(
+                &CompiledPlugin,
+                &PluginEngine,
+                &CallLimits,
+                CallTags,
+                AppContext<'_>,
+            ) -> Result<R, CallError>
+            + Send
+            + 'static,
+    {
+        let this = self.clone();
+        self.loaded
+            .run(interface, move |plugin, engine| {
+                let cx = AppContext {
+                    app: &this.app,
+                    observed: &this.observed,
+                    now_ms: this.now_ms,
+                };
+                call(plugin, engine, &this.limits, this.tags.clone(), cx)
+            })
+            .await
+    }
+}
+
 /// A failure that stops the stages without touching the App's objects.
 struct Failure {
     reason: String,
@@ -297,7 +338,14 @@ async fn run_stages(
     let app_json = Arc::new(serde_json::to_value(app).unwrap_or(Value::Null));
     let observed_json: Arc<Vec<Value>> =
         Arc::new(observed.iter().map(|o| o.json.clone()).collect());
-    let now = now_ms();
+    let caller = Caller {
+        loaded: Arc::clone(loaded),
+        app: app_json,
+        observed: observed_json,
+        limits,
+        tags: tags(loaded, app),
+        now_ms: now_ms(),
+    };
 
     // upgrade: which version to render
     let desired = app.spec.version.clone();
@@ -321,28 +369,10 @@ async fn run_stages(
         }
         upgrade::Step::AskGate { from, to } => {
             let decision = if caps.contains(&C::Upgrade) {
-                let (a, o, f, t, l, tg) = (
-                    app_json.clone(),
-                    observed_json.clone(),
-                    from.clone(),
-                    to.clone(),
-                    limits,
-                    tags(loaded, app),
-                );
-                match loaded
-                    .run("upgrade", move |p, e| {
-                        p.call_upgrade(
-                            e,
-                            &l,
-                            tg,
-                            AppContext {
-                                app: &a,
-                                observed: &o,
-                                now_ms: now,
-                            },
-                            &f,
-                            &t,
-                        )
+                let (f, t) = (from.clone(), to.clone());
+                match caller
+                    .call("upgrade", move |p, e, l, tg, cx| {
+                        p.call_upgrade(e, l, tg, cx, &f, &t)
                     })
                     .await
                 {
@@ -402,27 +432,10 @@ async fn run_stages(
     }
     let current = previous.version.clone();
     let plan = {
-        let (a, o, l, tg, r) = (
-            app_json.clone(),
-            observed_json.clone(),
-            limits,
-            tags(loaded, app),
-            render.clone(),
-        );
-        match loaded
-            .run("spec-diff", move |p, e| {
-                p.call_plan(
-                    e,
-                    &l,
-                    tg,
-                    AppContext {
-                        app: &a,
-                        observed: &o,
-                        now_ms: now,
-                    },
-                    current.as_deref(),
-                    &r,
-                )
+        let r = render.clone();
+        match caller
+            .call("spec-diff", move |p, e, l, tg, cx| {
+                p.call_plan(e, l, tg, cx, current.as_deref(), &r)
             })
             .await
         {
@@ -496,26 +509,10 @@ async fn run_stages(
     let mut phase = "Ready";
     let mut requeue = plan.requeue_after.unwrap_or(RESYNC);
     if caps.contains(&C::Health) {
-        let (a, o, l, tg, r) = (
-            app_json.clone(),
-            observed_json.clone(),
-            limits,
-            tags(loaded, app),
-            render.clone(),
-        );
-        let report = match loaded
-            .run("health", move |p, e| {
-                p.call_health(
-                    e,
-                    &l,
-                    tg,
-                    AppContext {
-                        app: &a,
-                        observed: &o,
-                        now_ms: now,
-                    },
-                    &r,
-                )
+        let r = render.clone();
+        let report = match caller
+            .call("health", move |p, e, l, tg, cx| {
+                p.call_health(e, l, tg, cx, &r)
             })
             .await
         {
@@ -602,26 +599,10 @@ async fn run_stages(
     let mut last_backup = previous.last_backup.clone();
     if caps.contains(&C::Backup) {
         let last_completed = backup::last_completed_slot(&observed);
-        let (a, o, l, tg, lc) = (
-            app_json.clone(),
-            observed_json.clone(),
-            limits,
-            tags(loaded, app),
-            last_completed.clone(),
-        );
-        let decision = match loaded
-            .run("backup", move |p, e| {
-                p.call_backup(
-                    e,
-                    &l,
-                    tg,
-                    AppContext {
-                        app: &a,
-                        observed: &o,
-                        now_ms: now,
-                    },
-                    lc.as_deref(),
-                )
+        let lc = last_completed.clone();
+        let decision = match caller
+            .call("backup", move |p, e, l, tg, cx| {
+                p.call_backup(e, l, tg, cx, lc.as_deref())
             })
             .await
         {
@@ -824,6 +805,12 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
             });
         }
     };
+    tracing::info!(
+        app = %app_key(app),
+        delete = ?decision.delete.iter().map(|o| &o.name).collect::<Vec<_>>(),
+        keep = ?decision.keep.iter().map(|o| &o.name).collect::<Vec<_>>(),
+        "finalize decision"
+    );
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut deleted = Vec::new();
     for object in decision
