@@ -54,4 +54,5 @@ deploy/local/cluster.sh up
 
 step "end-to-end tests"
 cargo build --locked -p wasmop-host
-cargo test --locked -p wasmop-e2e -- --test-threads 4
+# Two at a time: every test starts its own host, and compiles share two cores.
+cargo test --locked -p wasmop-e2e -- --test-threads 2

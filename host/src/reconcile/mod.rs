@@ -1,6 +1,6 @@
 //! The reconcile of one App, one stage per module:
-//! [`fetch`] → plan (the plugin) → [`guard`] → [`apply`] (and prune) → health → [`backup`] →
-//! [`upgrade`] → [`status`]. Level-triggered and idempotent: running it twice changes nothing.
+//! [`fetch`] → plan (the plugin) → [`guard`] → [`apply`] (and prune) → [`health`] →
+//! [`backup`] → [`upgrade`] → [`status`]. Level-triggered and idempotent: running it twice changes nothing.
 //! A failing plugin leaves the App's objects untouched and says why in its status; other Apps
 //! are unaffected. Deletion runs the plugin's `finalize` behind the `wasmop.dev/cleanup`
 //! finalizer.
@@ -9,6 +9,7 @@ pub mod apply;
 pub mod backup;
 pub mod fetch;
 pub mod guard;
+pub mod health;
 pub mod status;
 pub mod upgrade;
 
@@ -30,7 +31,7 @@ use crate::{
     app::{App, AppStatus, PluginStatus},
     plugin::{
         CallError,
-        call::{AppContext, GateDecision, HealthState},
+        call::{AppContext, GateDecision},
         compile::CompiledPlugin,
         engine::PluginEngine,
         limits::CallLimits,
@@ -504,90 +505,37 @@ async fn run_stages(
     }
 
     // health
-    let mut conditions = vec![plugin_ready];
-    let mut version = previous.version.clone();
-    let mut phase = "Ready";
-    let mut requeue = plan.requeue_after.unwrap_or(RESYNC);
-    if caps.contains(&C::Health) {
+    let report = if caps.contains(&C::Health) {
         let r = render.clone();
-        let report = match caller
+        match caller
             .call("health", move |p, e, l, tg, cx| {
                 p.call_health(e, l, tg, cx, &r)
             })
             .await
         {
-            Ok(report) => report,
+            Ok(report) => Some(report),
             Err(err) => return Ok(Err(err.into())),
-        };
-        let (available, progressing, degraded) = match report.state {
-            HealthState::Healthy => (true, false, false),
-            HealthState::Progressing => (false, true, false),
-            HealthState::Degraded => (false, false, true),
-        };
-        let reason = match report.state {
-            HealthState::Healthy => "Healthy",
-            HealthState::Progressing => "Progressing",
-            HealthState::Degraded => "Degraded",
-        };
-        conditions.push(Cond::new(
-            "Available",
-            available,
-            reason,
-            report.message.clone(),
-        ));
-        conditions.push(Cond::new(
-            "Progressing",
-            progressing
-                || upgrade_record
-                    .as_ref()
-                    .is_some_and(|u| u.state == "Allowed"),
-            reason,
-            report.message.clone(),
-        ));
-        conditions.push(Cond::new(
-            "Degraded",
-            degraded,
-            reason,
-            report.message.clone(),
-        ));
-        for c in report.conditions {
-            conditions.push(Cond {
-                type_: c.type_,
-                status: c.status,
-                reason: c.reason,
-                message: c.message,
-            });
         }
-        if report.rollout_complete {
-            if version.as_deref() != Some(render.as_str()) {
-                publish(
-                    ctx,
-                    app,
-                    EventType::Normal,
-                    "RolledOut",
-                    &format!("version {render} rolled out"),
-                )
-                .await;
-            }
-            version = Some(render.clone());
-        } else {
-            requeue = requeue.min(SHORT_REQUEUE);
-        }
-        phase = match report.state {
-            HealthState::Healthy if report.rollout_complete => "Ready",
-            HealthState::Degraded => "Degraded",
-            _ => "Progressing",
-        };
     } else {
-        conditions.push(Cond::new(
-            "Available",
-            true,
-            "Applied",
-            "the plan is applied (the plugin has no health check)",
-        ));
-        conditions.push(Cond::new("Progressing", false, "Applied", ""));
-        conditions.push(Cond::new("Degraded", false, "Applied", ""));
+        None
+    };
+    let upgrading = upgrade_record
+        .as_ref()
+        .is_some_and(|u| u.state == "Allowed");
+    let verdict = health::verdict(report, upgrading);
+    let mut conditions = vec![plugin_ready];
+    conditions.extend(verdict.conditions);
+    let phase = verdict.phase;
+    let mut version = previous.version.clone();
+    let mut requeue = plan.requeue_after.unwrap_or(RESYNC);
+    if verdict.rollout_complete {
+        if version.as_deref() != Some(render.as_str()) {
+            let note = format!("version {render} rolled out");
+            publish(ctx, app, EventType::Normal, "RolledOut", &note).await;
+        }
         version = Some(render.clone());
+    } else {
+        requeue = requeue.min(SHORT_REQUEUE);
     }
     if version.as_deref() == Some(desired.as_str()) {
         upgrade_record = None;

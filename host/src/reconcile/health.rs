@@ -1,0 +1,135 @@
+//! Health: turns the plugin's health report (or its absence) into the standard conditions, the
+//! phase, and whether the rollout at the rendered version is complete.
+
+use super::status::Cond;
+use crate::plugin::call::{HealthReport, HealthState};
+
+/// What the health stage concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Available, Progressing, Degraded, then the plugin's own conditions.
+    pub conditions: Vec<Cond>,
+    /// Ready, Progressing or Degraded.
+    pub phase: &'static str,
+    /// Whether the rendered version is fully rolled out.
+    pub rollout_complete: bool,
+}
+
+/// The verdict from a report; `upgrading` marks an allowed upgrade in flight as Progressing.
+pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
+    let Some(report) = report else {
+        // Without a health check, an applied plan is all the host can know.
+        return Verdict {
+            conditions: vec![
+                Cond::new(
+                    "Available",
+                    true,
+                    "Applied",
+                    "the plan is applied (the plugin has no health check)",
+                ),
+                Cond::new("Progressing", upgrading, "Applied", ""),
+                Cond::new("Degraded", false, "Applied", ""),
+            ],
+            phase: "Ready",
+            rollout_complete: true,
+        };
+    };
+    let (available, progressing, degraded, reason) = match report.state {
+        HealthState::Healthy => (true, false, false, "Healthy"),
+        HealthState::Progressing => (false, true, false, "Progressing"),
+        HealthState::Degraded => (false, false, true, "Degraded"),
+    };
+    let mut conditions = vec![
+        Cond::new("Available", available, reason, report.message.clone()),
+        Cond::new(
+            "Progressing",
+            progressing || upgrading,
+            reason,
+            report.message.clone(),
+        ),
+        Cond::new("Degraded", degraded, reason, report.message.clone()),
+    ];
+    conditions.extend(report.conditions.into_iter().map(|c| Cond {
+        type_: c.type_,
+        status: c.status,
+        reason: c.reason,
+        message: c.message,
+    }));
+    let phase = match report.state {
+        HealthState::Healthy if report.rollout_complete => "Ready",
+        HealthState::Degraded => "Degraded",
+        _ => "Progressing",
+    };
+    Verdict {
+        conditions,
+        phase,
+        rollout_complete: report.rollout_complete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::call::PluginCondition;
+
+    fn report(state: HealthState, complete: bool) -> HealthReport {
+        HealthReport {
+            state,
+            conditions: vec![PluginCondition {
+                type_: "ReplicasReady".into(),
+                status: "True",
+                reason: "AllReady".into(),
+                message: "3/3".into(),
+            }],
+            message: "3/3 ready".into(),
+            rollout_complete: complete,
+        }
+    }
+
+    fn status_of<'a>(verdict: &'a Verdict, type_: &str) -> &'a str {
+        verdict
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status)
+            .unwrap_or("missing")
+    }
+
+    #[test]
+    fn healthy_and_complete_is_ready_with_the_plugin_conditions() {
+        let v = verdict(Some(report(HealthState::Healthy, true)), false);
+        assert_eq!((v.phase, v.rollout_complete), ("Ready", true));
+        assert_eq!(status_of(&v, "Available"), "True");
+        assert_eq!(status_of(&v, "Degraded"), "False");
+        assert_eq!(status_of(&v, "ReplicasReady"), "True");
+    }
+
+    #[test]
+    fn healthy_but_rolling_is_progressing() {
+        let v = verdict(Some(report(HealthState::Healthy, false)), true);
+        assert_eq!(v.phase, "Progressing");
+        assert_eq!(status_of(&v, "Progressing"), "True");
+    }
+
+    #[test]
+    fn degraded_is_degraded() {
+        let v = verdict(Some(report(HealthState::Degraded, false)), false);
+        assert_eq!(
+            (
+                v.phase,
+                status_of(&v, "Available"),
+                status_of(&v, "Degraded")
+            ),
+            ("Degraded", "False", "True")
+        );
+    }
+
+    #[test]
+    fn no_health_check_trusts_the_apply() {
+        let v = verdict(None, false);
+        assert_eq!(
+            (v.phase, v.rollout_complete, status_of(&v, "Available")),
+            ("Ready", true, "True")
+        );
+    }
+}
