@@ -18,6 +18,9 @@ use tokio::sync::watch;
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// How often the holder renews, and a candidate retries.
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// A holder that has not renewed for this long steps down, well before a standby may take
+/// the lease (`LEASE_DURATION` after the last renewal it saw).
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
 /// One replica's claim on the lease.
 pub struct LeaderElector {
@@ -108,20 +111,25 @@ impl LeaderElector {
             let mut last_renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(RETRY_PERIOD).await;
-                match self.try_acquire().await {
-                    Ok(true) => last_renewed = tokio::time::Instant::now(),
-                    Ok(false) => {
+                // Measured from before the attempt: the renewTime it writes is taken then too.
+                let attempt = tokio::time::Instant::now();
+                let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
+                match tokio::time::timeout(left, self.try_acquire()).await {
+                    Ok(Ok(true)) => last_renewed = attempt,
+                    Ok(Ok(false)) => {
                         tracing::warn!(lease = %self.name, "leadership taken by another replica");
                         let _ = tx.send(false);
                         return;
                     }
-                    Err(err) => {
-                        tracing::warn!(lease = %self.name, error = %err, "renewing the lease failed");
-                        if last_renewed.elapsed() > LEASE_DURATION {
-                            let _ = tx.send(false);
-                            return;
-                        }
+                    Ok(Err(err)) => {
+                        tracing::warn!(lease = %self.name, error = %err, "renewing the lease failed")
                     }
+                    Err(_) => tracing::warn!(lease = %self.name, "renewing the lease timed out"),
+                }
+                if last_renewed.elapsed() >= RENEW_DEADLINE {
+                    tracing::warn!(lease = %self.name, "could not renew within the renew deadline; stepping down");
+                    let _ = tx.send(false);
+                    return;
                 }
             }
         });

@@ -321,7 +321,19 @@ impl CompiledPlugin {
                 .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
                 .sum::<usize>();
         self.check_size(capability, limits, size)?;
+        let mut seen = std::collections::BTreeSet::new();
         for c in &report.conditions {
+            if RESERVED_CONDITIONS.contains(&c.condition_type.as_str())
+                || !seen.insert(&c.condition_type)
+            {
+                return Err(self.bad(
+                    capability,
+                    format!(
+                        "condition type {:?} is the host's or repeated",
+                        c.condition_type
+                    ),
+                ));
+            }
             if !is_camel_case(&c.condition_type) || !is_camel_case(&c.reason) {
                 return Err(self.bad(
                     capability,
@@ -573,6 +585,15 @@ impl CompiledPlugin {
             .collect()
     }
 }
+
+/// Condition types the host writes itself; a plugin's own conditions must use other names.
+const RESERVED_CONDITIONS: [&str; 5] = [
+    "PluginReady",
+    "Available",
+    "Progressing",
+    "Degraded",
+    "UpgradeGated",
+];
 
 fn is_camel_case(text: &str) -> bool {
     text.len() <= 128

@@ -24,6 +24,9 @@ use super::{
     source::{Fetched, SourceRef},
 };
 
+/// No call may hold its caller longer than this, whatever the guest does.
+const WALL_CLOCK_CAP: std::time::Duration = super::limits::MAX_DEADLINE.saturating_mul(2);
+
 /// Bad digests remembered per source, so that polling a broken tag does not recompile it.
 const REMEMBERED_FAILURES: usize = 8;
 
@@ -54,15 +57,23 @@ impl LoadedPlugin {
         let this = Arc::clone(self);
         let plugin = self.compiled.label();
         let start = Instant::now();
-        let result = tokio::task::spawn_blocking(move || call(&this.compiled, &this.engine))
-            .await
-            .unwrap_or_else(|join| {
-                Err(CallError::Host {
-                    plugin,
-                    interface,
-                    message: format!("call task failed: {join}"),
-                })
-            });
+        // Epoch interruption stops running Wasm, not a guest blocked inside a WASI call (a
+        // sleep, say); the wall-clock cap frees the reconcile either way. The blocked thread
+        // itself runs on until the guest's wait ends.
+        let task = tokio::task::spawn_blocking(move || call(&this.compiled, &this.engine));
+        let result = match tokio::time::timeout(WALL_CLOCK_CAP, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(CallError::Host {
+                plugin,
+                interface,
+                message: format!("call task failed: {join}"),
+            }),
+            Err(_) => Err(CallError::DeadlineExceeded {
+                plugin,
+                interface,
+                limit: WALL_CLOCK_CAP,
+            }),
+        };
         self.metrics.call(
             interface,
             start.elapsed().as_secs_f64(),
@@ -285,6 +296,15 @@ impl PluginRegistry {
                 tracing::info!(source = %source, digest = %c.digest, plugin = %c.metadata.name, capabilities = ?c.capabilities, compile_ms = c.compile_time.as_millis() as u64, cached = c.from_cache, "plugin loaded");
                 Offer::Loaded(loaded)
             }
+        }
+    }
+
+    /// Clears a fetch failure once the source answers again (a compile rejection stays until a
+    /// good version loads).
+    pub fn clear_fetch_error(&self, source: &SourceRef) {
+        let is_fetch = matches!(self.get(source).last_error, Some(LoadError::Fetch { .. }));
+        if is_fetch {
+            self.clear_error(source);
         }
     }
 

@@ -155,13 +155,15 @@ async fn drive_oci(
 ) {
     let pinned = OciSource::is_pinned(&reference);
     // A digest reference is immutable: if the cache has it, the registry need not be asked.
+    // A finished driver is restarted by the next `ensure`, so a pinned source parks instead.
     if pinned && offer_from_cache(&registry, &source, &reference).await {
-        return;
+        return std::future::pending().await;
     }
     let mut last_manifest: Option<String> = None;
     loop {
         let changed = match oci.resolve(&source, &reference).await {
             Ok(resolved) => {
+                registry.clear_fetch_error(&source);
                 (last_manifest.as_ref() != Some(&resolved.manifest)).then_some(resolved)
             }
             Err(error) => {
@@ -187,7 +189,7 @@ async fn drive_oci(
             }
         }
         if pinned && registry.get(&source).current.is_some() {
-            return;
+            return std::future::pending().await;
         }
         tokio::time::sleep(poll).await;
     }

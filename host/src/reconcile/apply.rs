@@ -37,6 +37,10 @@ pub fn owner_reference(app: &App) -> Value {
 
 /// Adds the host's labels and owner reference to `object`.
 pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
+    // A claim the plan asks for must outlive the App unless finalize says otherwise, so it
+    // carries the labels (that is how fetch finds it) but no owner reference: garbage
+    // collection would delete it with the App whatever the retention policy.
+    let is_claim = object.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim");
     let metadata = object.entry("metadata").or_insert_with(|| json!({}));
     if let Some(metadata) = metadata.as_object_mut() {
         let labels = metadata.entry("labels").or_insert_with(|| json!({}));
@@ -44,7 +48,9 @@ pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
             labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
             labels.insert(APP_LABEL.into(), Value::String(app.name_any()));
         }
-        metadata.insert("ownerReferences".into(), json!([owner_reference(app)]));
+        if !is_claim {
+            metadata.insert("ownerReferences".into(), json!([owner_reference(app)]));
+        }
     }
 }
 
@@ -109,4 +115,48 @@ pub async fn prune(
         }
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn app() -> App {
+        serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": "kv", "namespace": "ns", "uid": "u-1"},
+            "spec": {"plugin": {"image": "x"}, "version": "1"},
+        }))
+        .expect("valid App")
+    }
+
+    fn stamped(kind: &str) -> serde_json::Map<String, Value> {
+        let mut object = serde_json::Map::new();
+        object.insert("kind".into(), json!(kind));
+        object.insert(
+            "metadata".into(),
+            json!({"name": "x", "labels": {"keep": "me"}}),
+        );
+        stamp(&app(), &mut object);
+        object
+    }
+
+    #[test]
+    fn objects_get_labels_and_the_controller_owner() {
+        let cm = stamped("ConfigMap");
+        assert_eq!(cm["metadata"]["labels"]["keep"], "me");
+        assert_eq!(cm["metadata"]["labels"][APP_LABEL], "kv");
+        assert_eq!(cm["metadata"]["labels"][MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(cm["metadata"]["ownerReferences"][0]["controller"], true);
+    }
+
+    #[test]
+    fn claims_are_labelled_but_not_owned_so_they_outlive_the_app() {
+        let claim = stamped("PersistentVolumeClaim");
+        assert_eq!(claim["metadata"]["labels"][APP_LABEL], "kv");
+        assert!(claim["metadata"].get("ownerReferences").is_none());
+    }
 }

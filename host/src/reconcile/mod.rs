@@ -183,17 +183,21 @@ struct Outcome {
     upgrade: Option<crate::app::UpgradeStatus>,
     last_backup: Option<crate::app::BackupStatus>,
     requeue: Duration,
-    phase: &'static str,
+    /// `None` keeps the previous phase.
+    phase: Option<&'static str>,
+    /// Keep the previous conditions of the types `conditions` does not set.
+    carry_conditions: bool,
 }
 
 impl Outcome {
-    /// An outcome that changes nothing but the conditions: versions, upgrade and backup records
-    /// stay as they were.
+    /// An outcome that changes only the conditions it names: versions, upgrade and backup
+    /// records and every other condition stay as they were, so a host restart (plugins still
+    /// loading) or a passing plugin failure does not reset what is known about the App.
     fn holding(
         previous: &AppStatus,
         conditions: Vec<Cond>,
         requeue: Duration,
-        phase: &'static str,
+        phase: Option<&'static str>,
     ) -> Self {
         Self {
             conditions,
@@ -202,6 +206,7 @@ impl Outcome {
             last_backup: previous.last_backup.clone(),
             requeue,
             phase,
+            carry_conditions: true,
         }
     }
 }
@@ -213,7 +218,7 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
         Ok(source) => source,
         Err(message) => {
             let conditions = vec![Cond::new("PluginReady", false, "InvalidSource", message)];
-            let outcome = Outcome::holding(&previous, conditions, RESYNC, "Failed");
+            let outcome = Outcome::holding(&previous, conditions, RESYNC, Some("Failed"));
             return finish(app, ctx, api, &previous, None, outcome).await;
         }
     };
@@ -225,7 +230,9 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
             None => ("Loading", format!("loading plugin {source}")),
         };
         let conditions = vec![Cond::new("PluginReady", false, reason, message)];
-        let outcome = Outcome::holding(&previous, conditions, SHORT_REQUEUE, "Pending");
+        // Still loading (as after every restart): nothing is known to be wrong with the App.
+        let phase = state.last_error.as_ref().map(|_| "Failed");
+        let outcome = Outcome::holding(&previous, conditions, SHORT_REQUEUE, phase);
         return finish(app, ctx, api, &previous, None, outcome).await;
     };
     let plugin_ready = match &state.last_error {
@@ -255,7 +262,7 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
                 Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
             ];
             let wait = ctx.failures.failed(&app_key(app));
-            let outcome = Outcome::holding(&previous, conditions, wait, "Degraded");
+            let outcome = Outcome::holding(&previous, conditions, wait, Some("Degraded"));
             return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
         }
     };
@@ -596,7 +603,8 @@ async fn run_stages(
         upgrade: upgrade_record,
         last_backup,
         requeue,
-        phase,
+        phase: Some(phase),
+        carry_conditions: false,
     }))
 }
 
@@ -608,12 +616,21 @@ async fn finish(
     loaded: Option<&Arc<LoadedPlugin>>,
     outcome: Outcome,
 ) -> Result<Action, Error> {
-    let conditions = status::merge_conditions(
+    let mut conditions = status::merge_conditions(
         &previous.conditions,
         outcome.conditions,
         app.metadata.generation,
         Timestamp::now(),
     );
+    if outcome.carry_conditions {
+        let kept: Vec<_> = previous
+            .conditions
+            .iter()
+            .filter(|p| !conditions.iter().any(|c| c.type_ == p.type_))
+            .cloned()
+            .collect();
+        conditions.extend(kept);
+    }
     let plugin = match loaded {
         Some(loaded) => Some(PluginStatus {
             reference: loaded.source.to_string(),
@@ -660,7 +677,11 @@ async fn finish(
     }
     let status = AppStatus {
         observed_generation: app.metadata.generation,
-        phase: Some(outcome.phase.to_string()),
+        phase: outcome
+            .phase
+            .map(str::to_string)
+            .or_else(|| previous.phase.clone())
+            .or_else(|| Some("Pending".into())),
         version: outcome.version,
         plugin,
         conditions,
@@ -698,8 +719,27 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         .filter(|o| o.kind == "PersistentVolumeClaim")
         .map(|o| o.json)
         .collect();
+    let retained_names: Vec<String> = retained
+        .iter()
+        .filter_map(|o| {
+            o.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
     let source = SourceRef::from_spec(&namespace, &app.spec.plugin).ok();
-    let loaded = source.and_then(|s| ctx.plugins.get(&s).current);
+    let state = source.as_ref().map(|s| {
+        // After a restart the registry is empty: load the plugin before deciding anything.
+        ctx.sources.ensure(s);
+        ctx.plugins.get(s)
+    });
+    if let Some(state) = &state
+        && state.current.is_none()
+        && state.last_error.is_none()
+    {
+        return Ok(Action::requeue(SHORT_REQUEUE));
+    }
+    let loaded = state.and_then(|s| s.current);
     let Some(loaded) = loaded.filter(|l| {
         l.compiled
             .capabilities
@@ -761,10 +801,13 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     );
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut deleted = Vec::new();
+    // Only what the plugin was shown: a decision cannot reach another App's or a user's claims.
+    let offered: std::collections::BTreeSet<&str> =
+        retained_names.iter().map(String::as_str).collect();
     for object in decision
         .delete
         .iter()
-        .filter(|o| o.kind == "PersistentVolumeClaim")
+        .filter(|o| o.kind == "PersistentVolumeClaim" && offered.contains(o.name.as_str()))
     {
         match pvcs.delete(&object.name, &DeleteParams::background()).await {
             Ok(_) => deleted.push(object.name.clone()),
