@@ -106,7 +106,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     if args.leader_elect {
         let identity =
-            std::env::var("POD_NAME").unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
+            // Outside a Pod the pid alone is not unique (it is 1 in every container).
+            std::env::var("POD_NAME").unwrap_or_else(|_| {
+                let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "wasmop".into());
+                format!("{host}-{}", std::process::id())
+            });
         let namespace = args
             .lease_namespace
             .clone()

@@ -113,6 +113,12 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
         Some(Digest::of(&kvstore)),
         "kept the last good version"
     );
+    // A source nobody asks for any more is unloaded.
+    watcher.forget_idle(Duration::ZERO);
+    assert!(
+        registry.get(&source).current.is_none(),
+        "an idle source must be unloaded"
+    );
     Ok(())
 }
 

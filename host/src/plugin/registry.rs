@@ -194,6 +194,15 @@ impl PluginRegistry {
         all
     }
 
+    /// Drops everything known about `source` (no App uses it any more). Callers holding its
+    /// plugin keep it until they let go.
+    pub fn forget(&self, source: &SourceRef) {
+        self.entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(source);
+    }
+
     /// Records that fetching `source` failed; the version in service stays.
     pub fn record_failure(&self, source: &SourceRef, error: LoadError) {
         self.metrics.load("error", error.reason());

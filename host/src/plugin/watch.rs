@@ -6,7 +6,7 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
@@ -31,8 +31,20 @@ pub struct SourceWatcher {
     client: Option<Client>,
     poll_interval: Duration,
     allow_files: bool,
-    tasks: Mutex<HashMap<SourceRef, JoinHandle<()>>>,
+    tasks: Mutex<HashMap<SourceRef, Driver>>,
 }
+
+/// One source's driver task and when an App last asked for the source.
+struct Driver {
+    task: JoinHandle<()>,
+    last_used: Instant,
+}
+
+/// Every App is reconciled (and so asks for its source) at least every five minutes; a
+/// source nobody asked for in three times that is no longer in use.
+const IDLE_AFTER: Duration = Duration::from_secs(15 * 60);
+/// How often idle sources are looked for.
+const IDLE_SWEEP: Duration = Duration::from_secs(60);
 
 impl SourceWatcher {
     /// A watcher offering versions to `registry`; `client` is needed for ConfigMap sources.
@@ -43,20 +55,53 @@ impl SourceWatcher {
         poll_interval: Duration,
         allow_files: bool,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let this = Arc::new(Self {
             registry,
             oci,
             client,
             poll_interval,
             allow_files,
             tasks: Mutex::new(HashMap::new()),
-        })
+        });
+        // Without this, every reference ever written in an App (typos, rotated tags) would
+        // keep a poller and a compiled plugin alive forever.
+        let weak = Arc::downgrade(&this);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_SWEEP).await;
+                let Some(watcher) = weak.upgrade() else {
+                    return;
+                };
+                watcher.forget_idle(IDLE_AFTER);
+            }
+        });
+        this
+    }
+
+    /// Stops following, and unloads, sources no App asked for within `idle`.
+    pub fn forget_idle(&self, idle: Duration) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let stale: Vec<SourceRef> = tasks
+            .iter()
+            .filter(|(_, d)| d.last_used.elapsed() > idle)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for source in stale {
+            if let Some(driver) = tasks.remove(&source) {
+                driver.task.abort();
+            }
+            self.registry.forget(&source);
+            tracing::info!(source = %source, "no App uses this plugin source any more; unloaded it");
+        }
     }
 
     /// Makes sure `source` is being fetched and followed; cheap when it already is.
     pub fn ensure(&self, source: &SourceRef) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if tasks.get(source).is_some_and(|t| !t.is_finished()) {
+        if let Some(driver) = tasks.get_mut(source)
+            && !driver.task.is_finished()
+        {
+            driver.last_used = Instant::now();
             return;
         }
         let registry = Arc::clone(&self.registry);
@@ -103,16 +148,22 @@ impl SourceWatcher {
                 return;
             }
         };
-        tasks.insert(source.clone(), task);
+        tasks.insert(
+            source.clone(),
+            Driver {
+                task,
+                last_used: Instant::now(),
+            },
+        );
     }
 
     /// Stops following sources no longer in `in_use`.
     pub fn retain(&self, in_use: &[SourceRef]) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks.retain(|source, task| {
+        tasks.retain(|source, driver| {
             let keep = in_use.contains(source);
             if !keep {
-                task.abort();
+                driver.task.abort();
             }
             keep
         });

@@ -711,6 +711,7 @@ async fn publish(ctx: &Context, app: &App, type_: EventType, reason: &str, note:
 /// the App through their owner references. Without a plugin or a `finalize` capability,
 /// everything retained is kept: losing data needs an explicit decision.
 async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
+    ctx.failures.succeeded(&app_key(app));
     let namespace = app.namespace().unwrap_or_default();
     let retained: Vec<Value> = ctx
         .stores
