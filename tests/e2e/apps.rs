@@ -476,6 +476,45 @@ async fn a_forbidden_plan_is_rejected_whole_and_other_apps_carry_on() -> anyhow:
         ready_at(1, "7.2.4"),
     )
     .await?;
+
+    // A plan naming an object someone else made is refused; the object stays theirs.
+    let theirs = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("taken-config".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("owner".into(), "a user".into())])),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &theirs).await?;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "taken",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    let taken = wait_app(&apps, "taken", "Degraded", Duration::from_secs(60), |a| {
+        condition(a, "Degraded").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    let degraded = condition(&taken, "Degraded").unwrap_or_default();
+    assert!(
+        degraded.2.contains("ConfigMap/taken-config already exists"),
+        "{degraded:?}"
+    );
+    let still = cms.get("taken-config").await?;
+    assert!(
+        still.metadata.owner_references.is_none(),
+        "the user's ConfigMap was taken over"
+    );
+    assert_eq!(
+        still.data.and_then(|d| d.get("owner").cloned()).as_deref(),
+        Some("a user")
+    );
     ns.delete().await
 }
 

@@ -54,13 +54,57 @@ pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
     }
 }
 
-/// Server-side applies every object of the plan.
+/// Why a plan could not be applied.
+#[derive(Debug)]
+pub enum ApplyError {
+    /// An object of that name exists and belongs to someone else (a user, another App):
+    /// applying would take it over, and pruning or garbage collection could later delete it.
+    Foreign {
+        /// `Kind/name`.
+        object: String,
+    },
+    /// The API server refused an apply.
+    Api {
+        /// `Kind/name`.
+        object: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+/// Server-side applies every object of the plan, after checking that none of them would take
+/// over an object the App does not already manage; `observed` is what the App manages.
 pub async fn apply(
     client: &Client,
     app: &App,
     plan: Vec<Guarded>,
-) -> Result<(), (String, kube::Error)> {
+    observed: &[ObservedObject],
+) -> Result<(), ApplyError> {
     let namespace = app.namespace().unwrap_or_default();
+    let ours: BTreeSet<(&str, &str)> = observed
+        .iter()
+        .map(|o| (o.kind.as_str(), o.name.as_str()))
+        .collect();
+    // Only objects the App does not manage yet cost a read, so a steady App costs none.
+    for Guarded { kind, name, .. } in &plan {
+        if ours.contains(&(kind.kind, name.as_str())) {
+            continue;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &api_resource(kind));
+        let label = format!("{}/{name}", kind.kind);
+        match api.get_opt(name).await {
+            Ok(None) => {}
+            Ok(Some(existing)) if existing.labels().get(APP_LABEL) == Some(&app.name_any()) => {}
+            Ok(Some(_)) => return Err(ApplyError::Foreign { object: label }),
+            Err(source) => {
+                return Err(ApplyError::Api {
+                    object: label,
+                    source,
+                });
+            }
+        }
+    }
     for Guarded {
         kind,
         name,
@@ -68,15 +112,18 @@ pub async fn apply(
     } in plan
     {
         stamp(app, &mut object);
-        let ar = api_resource(kind);
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &ar);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &api_resource(kind));
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(Value::Object(object)),
         )
         .await
-        .map_err(|err| (format!("{}/{name}", kind.kind), err))?;
+        .map_err(|source| ApplyError::Api {
+            object: format!("{}/{name}", kind.kind),
+            source,
+        })?;
     }
     Ok(())
 }

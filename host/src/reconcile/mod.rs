@@ -476,22 +476,34 @@ async fn run_stages(
         .collect();
 
     // apply, prune
-    if let Err((object, source)) = apply::apply(&ctx.client, app, guarded).await {
-        if let kube::Error::Api(status) = &source
-            && (status.code == 422 || status.code == 400)
-        {
-            let message = format!("applying {object}: {}", status.message);
-            publish(ctx, app, EventType::Warning, "ApplyRejected", &message).await;
+    match apply::apply(&ctx.client, app, guarded, &observed).await {
+        Ok(()) => {}
+        Err(apply::ApplyError::Foreign { object }) => {
+            let message =
+                format!("plan rejected: {object} already exists and is not managed by this App");
+            publish(ctx, app, EventType::Warning, "PlanRejected", &message).await;
             return Ok(Err(Failure {
-                reason: "ApplyRejected".into(),
+                reason: "PlanRejected".into(),
                 message,
             }));
         }
-        return Err(Error::Kube {
-            app: app_key(app),
-            what: format!("applying {object}"),
-            source,
-        });
+        Err(apply::ApplyError::Api { object, source }) => {
+            if let kube::Error::Api(status) = &source
+                && (status.code == 422 || status.code == 400)
+            {
+                let message = format!("applying {object}: {}", status.message);
+                publish(ctx, app, EventType::Warning, "ApplyRejected", &message).await;
+                return Ok(Err(Failure {
+                    reason: "ApplyRejected".into(),
+                    message,
+                }));
+            }
+            return Err(Error::Kube {
+                app: app_key(app),
+                what: format!("applying {object}"),
+                source,
+            });
+        }
     }
     let pruned = apply::prune(&ctx.client, app, &planned, &observed)
         .await
