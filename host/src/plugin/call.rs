@@ -185,14 +185,29 @@ impl CompiledPlugin {
         })
     }
 
-    fn exports_of<T>(&self, capability: Capability, indices: &Option<T>) -> Result<(), CallError> {
-        match indices {
-            Some(_) => Ok(()),
-            None => Err(CallError::Unsupported {
+    /// Runs `call` against the capability's export `indices`, or reports it unsupported.
+    fn invoke<I, R>(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        capability: Capability,
+        indices: &Option<I>,
+        call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let Some(indices) = indices else {
+            return Err(CallError::Unsupported {
                 plugin: self.label(),
                 interface: capability.interface(),
-            }),
-        }
+            });
+        };
+        self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            |store, instance| call(indices, store, instance),
+        )
     }
 
     /// Calls `metadata.get`: the smoke test at load, and what the plugin says about itself.
@@ -251,7 +266,6 @@ impl CompiledPlugin {
         target_version: &str,
     ) -> Result<Plan, CallError> {
         let capability = Capability::SpecDiff;
-        self.exports_of(capability, &self.exports.spec_diff)?;
         let input = guest::spec_diff::PlanInput {
             app: cx.app.to_string(),
             observed: cx.observed.iter().map(Value::to_string).collect(),
@@ -259,17 +273,14 @@ impl CompiledPlugin {
             target_version: target_version.to_string(),
             now: cx.now_ms,
         };
-        let result = self.with_instance(
+        let result = self.invoke(
             engine,
-            capability.interface(),
             limits,
             tags,
-            |store, instance| {
-                let Some(indices) = &self.exports.spec_diff else {
-                    unreachable!("checked above")
-                };
-                indices
-                    .load(&mut *store, instance)?
+            capability,
+            &self.exports.spec_diff,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
                     .call_plan(&mut *store, &input)
             },
         )?;
@@ -292,24 +303,20 @@ impl CompiledPlugin {
     ) -> Result<HealthReport, CallError> {
         use guest::health::{ConditionStatus, State};
         let capability = Capability::Health;
-        self.exports_of(capability, &self.exports.health)?;
         let input = guest::health::CheckInput {
             app: cx.app.to_string(),
             observed: cx.observed.iter().map(Value::to_string).collect(),
             version: version.to_string(),
             now: cx.now_ms,
         };
-        let result = self.with_instance(
+        let result = self.invoke(
             engine,
-            capability.interface(),
             limits,
             tags,
-            |store, instance| {
-                let Some(indices) = &self.exports.health else {
-                    unreachable!("checked above")
-                };
-                indices
-                    .load(&mut *store, instance)?
+            capability,
+            &self.exports.health,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
                     .call_check(&mut *store, &input)
             },
         )?;
@@ -379,24 +386,20 @@ impl CompiledPlugin {
         last_completed_slot: Option<&str>,
     ) -> Result<BackupDecision, CallError> {
         let capability = Capability::Backup;
-        self.exports_of(capability, &self.exports.backup)?;
         let input = guest::backup::ScheduleInput {
             app: cx.app.to_string(),
             observed: cx.observed.iter().map(Value::to_string).collect(),
             last_completed_slot: last_completed_slot.map(str::to_string),
             now: cx.now_ms,
         };
-        let result = self.with_instance(
+        let result = self.invoke(
             engine,
-            capability.interface(),
             limits,
             tags,
-            |store, instance| {
-                let Some(indices) = &self.exports.backup else {
-                    unreachable!("checked above")
-                };
-                indices
-                    .load(&mut *store, instance)?
+            capability,
+            &self.exports.backup,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
                     .call_schedule(&mut *store, &input)
             },
         )?;
@@ -439,7 +442,6 @@ impl CompiledPlugin {
         to_version: &str,
     ) -> Result<GateDecision, CallError> {
         let capability = Capability::Upgrade;
-        self.exports_of(capability, &self.exports.upgrade)?;
         let input = guest::upgrade::GateInput {
             app: cx.app.to_string(),
             observed: cx.observed.iter().map(Value::to_string).collect(),
@@ -447,17 +449,14 @@ impl CompiledPlugin {
             to_version: to_version.to_string(),
             now: cx.now_ms,
         };
-        let result = self.with_instance(
+        let result = self.invoke(
             engine,
-            capability.interface(),
             limits,
             tags,
-            |store, instance| {
-                let Some(indices) = &self.exports.upgrade else {
-                    unreachable!("checked above")
-                };
-                indices
-                    .load(&mut *store, instance)?
+            capability,
+            &self.exports.upgrade,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
                     .call_gate(&mut *store, &input)
             },
         )?;
@@ -484,23 +483,19 @@ impl CompiledPlugin {
         cx: AppContext<'_>,
     ) -> Result<CleanupDecision, CallError> {
         let capability = Capability::Finalize;
-        self.exports_of(capability, &self.exports.finalize)?;
         let input = guest::finalize::CleanupInput {
             app: cx.app.to_string(),
             retained: cx.observed.iter().map(Value::to_string).collect(),
             now: cx.now_ms,
         };
-        let result = self.with_instance(
+        let result = self.invoke(
             engine,
-            capability.interface(),
             limits,
             tags,
-            |store, instance| {
-                let Some(indices) = &self.exports.finalize else {
-                    unreachable!("checked above")
-                };
-                indices
-                    .load(&mut *store, instance)?
+            capability,
+            &self.exports.finalize,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
                     .call_cleanup(&mut *store, &input)
             },
         )?;
