@@ -27,12 +27,12 @@ use crate::plugin::registry::PluginRegistry;
 pub struct Probes {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
-    plugins: Option<Arc<PluginRegistry>>,
+    plugins: Arc<PluginRegistry>,
 }
 
 impl Probes {
     /// Probes that report not-ready until [`Probes::set_ready`] is called.
-    pub fn new(registry: Registry, plugins: Option<Arc<PluginRegistry>>) -> Self {
+    pub fn new(registry: Registry, plugins: Arc<PluginRegistry>) -> Self {
         Self {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
@@ -91,10 +91,8 @@ async fn metrics(State(probes): State<Probes>) -> impl IntoResponse {
 }
 
 async fn debug_plugins(State(probes): State<Probes>) -> Json<serde_json::Value> {
-    let Some(plugins) = &probes.plugins else {
-        return Json(serde_json::json!([]));
-    };
-    let entries: Vec<serde_json::Value> = plugins
+    let entries: Vec<serde_json::Value> = probes
+        .plugins
         .snapshot()
         .into_iter()
         .map(|(source, state)| {

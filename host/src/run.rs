@@ -79,7 +79,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("wasmop");
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
-    let probes = Probes::new(registry, Some(runtime.registry.clone()));
+    let probes = Probes::new(registry, runtime.registry.clone());
     let (addr, server) = probes
         .clone()
         .bind(args.listen)

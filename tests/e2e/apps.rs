@@ -20,7 +20,7 @@ use kube::{
 use serde_json::{Value, json};
 use wasmop_host::{app::App, plugin::source::oci::OciSource};
 
-use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for};
+use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for, wait_http_ok};
 
 /// A `wasmop run` process watching one namespace, stopped when dropped.
 pub struct Host {
@@ -80,18 +80,8 @@ impl Host {
             .stderr(log)
             .kill_on_drop(true)
             .spawn()?;
-        let http = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{port}/readyz");
-        wait_for("the host to be ready", Duration::from_secs(60), || async {
-            Ok(http
-                .get(&url)
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-                .map(|_| ()))
-        })
-        .await?;
+        wait_http_ok("the host to be ready", &url, Duration::from_secs(60)).await?;
         Ok(Self { child, cache })
     }
 }
@@ -592,6 +582,30 @@ async fn deletion_honours_the_retention_policy() -> anyhow::Result<()> {
     ns.delete().await
 }
 
+/// Creates a one-replica kvstore App from `image` and waits until it is Ready.
+async fn create_one_replica_app(
+    apps: &Api<App>,
+    name: &str,
+    image: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let config = json!({"replicas": 1});
+    apps.create(
+        &PostParams::default(),
+        &app(name, json!({"image": image}), "7.2.4", config)?,
+    )
+    .await?;
+    wait_app(
+        apps,
+        name,
+        what,
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -617,24 +631,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
     );
 
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
-    apps.create(
-        &PostParams::default(),
-        &app(
-            "one",
-            json!({"image": image}),
-            "7.2.4",
-            json!({"replicas": 1}),
-        )?,
-    )
-    .await?;
-    wait_app(
-        &apps,
-        "one",
-        "Ready under the first leader",
-        Duration::from_secs(60),
-        ready_at(1, "7.2.4"),
-    )
-    .await?;
+    create_one_replica_app(&apps, "one", &image, "Ready under the first leader").await?;
 
     drop(first);
     let next = format!("{}-b", ns.name);
@@ -644,24 +641,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
         || async { Ok(holder().await?.filter(|h| *h == next).map(|_| ())) },
     )
     .await?;
-    apps.create(
-        &PostParams::default(),
-        &app(
-            "two",
-            json!({"image": image}),
-            "7.2.4",
-            json!({"replicas": 1}),
-        )?,
-    )
-    .await?;
-    wait_app(
-        &apps,
-        "two",
-        "Ready under the new leader",
-        Duration::from_secs(60),
-        ready_at(1, "7.2.4"),
-    )
-    .await?;
+    create_one_replica_app(&apps, "two", &image, "Ready under the new leader").await?;
     drop(second);
     ns.delete().await
 }

@@ -13,15 +13,7 @@ fn wasmop(args: &[&str]) -> anyhow::Result<Output> {
 }
 
 fn wasm(file: &str) -> anyhow::Result<String> {
-    let dir = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => anyhow::bail!("CARGO_TARGET_DIR must be set (tests/run.sh sets it)"),
-    };
-    Ok(dir
-        .join("wasm32-wasip2/release")
-        .join(file)
-        .display()
-        .to_string())
+    Ok(crate::harness::component_path(file)?.display().to_string())
 }
 
 fn app_file(config: &str) -> anyhow::Result<tempfile_path::Path> {

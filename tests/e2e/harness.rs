@@ -163,8 +163,8 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// A component built by `tests/run.sh` into `$CARGO_TARGET_DIR/wasm32-wasip2/release/`.
-pub fn component(file: &str) -> anyhow::Result<Vec<u8>> {
+/// Where `tests/run.sh` builds components: `$CARGO_TARGET_DIR/wasm32-wasip2/release/FILE`.
+pub fn component_path(file: &str) -> anyhow::Result<PathBuf> {
     let dir = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => std::env::current_exe()?
@@ -173,11 +173,26 @@ pub fn component(file: &str) -> anyhow::Result<Vec<u8>> {
             .context("the test binary is not in a cargo target directory")?
             .to_path_buf(),
     };
-    let path = dir.join("wasm32-wasip2/release").join(file);
+    Ok(dir.join("wasm32-wasip2/release").join(file))
+}
+
+/// The bytes of a component built by `tests/run.sh`.
+pub fn component(file: &str) -> anyhow::Result<Vec<u8>> {
+    let path = component_path(file)?;
     std::fs::read(&path).with_context(|| {
         format!(
             "reading {}: build the plugins with plugins/build.sh",
             path.display()
         )
     })
+}
+
+/// Waits until `url` answers with a success status.
+pub async fn wait_http_ok(what: &str, url: &str, timeout: Duration) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    wait_for(what, timeout, || async {
+        let response = http.get(url).send().await?;
+        Ok(response.status().is_success().then_some(()))
+    })
+    .await
 }

@@ -6,7 +6,7 @@ use std::{process::Stdio, time::Duration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
-use crate::harness::{Local, free_port, wait_for, wasmop_binary};
+use crate::harness::{Local, free_port, wait_http_ok, wasmop_binary};
 
 #[tokio::test]
 async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Result<()> {
@@ -24,13 +24,10 @@ async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Resul
     let base = format!("http://127.0.0.1:{port}");
     for path in ["/healthz", "/readyz", "/metrics", "/debug/plugins"] {
         let url = format!("{base}{path}");
-        wait_for(
+        wait_http_ok(
             &format!("{url} to answer 200"),
+            &url,
             Duration::from_secs(30),
-            || async {
-                let response = http.get(&url).send().await?;
-                Ok(response.status().is_success().then_some(()))
-            },
         )
         .await?;
     }

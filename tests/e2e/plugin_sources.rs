@@ -24,7 +24,7 @@ use wasmop_host::plugin::{
     watch::SourceWatcher,
 };
 
-use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for};
+use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for, wait_http_ok};
 
 const POLL: Duration = Duration::from_millis(500);
 
@@ -244,20 +244,11 @@ impl PrivateRegistry {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()?;
-        let http = reqwest::Client::new();
         let url = format!("http://{addr}/v2/");
-        wait_for(
+        wait_http_ok(
             "the private registry to serve",
+            &url,
             Duration::from_secs(20),
-            || async {
-                Ok(http
-                    .get(&url)
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-                    .map(|_| ()))
-            },
         )
         .await?;
         Ok(Self {
@@ -289,7 +280,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
             Duration::from_secs(30),
         )
         .await?;
-        watcher.retain(&[]);
+        watcher.forget_idle(Duration::ZERO);
     }
 
     private.stop().await?;

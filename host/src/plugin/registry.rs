@@ -207,9 +207,7 @@ impl PluginRegistry {
     pub fn record_failure(&self, source: &SourceRef, error: LoadError) {
         self.metrics.load("error", error.reason());
         tracing::warn!(source = %source, reason = error.reason(), error = %error, "plugin source failed; keeping the version in service");
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        entries.entry(source.clone()).or_default().last_error = Some(error);
-        drop(entries);
+        self.set_error(source, error);
         let _ = self.changes.send(source.clone());
     }
 
@@ -234,7 +232,7 @@ impl PluginRegistry {
             })
         };
         if let Some(error) = known_bad {
-            self.set_error(source, error.clone(), false);
+            self.set_error(source, error.clone());
             return Offer::Rejected(error);
         }
 
@@ -327,13 +325,9 @@ impl PluginRegistry {
         }
     }
 
-    fn set_error(&self, source: &SourceRef, error: LoadError, notify: bool) {
+    fn set_error(&self, source: &SourceRef, error: LoadError) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         entries.entry(source.clone()).or_default().last_error = Some(error);
-        drop(entries);
-        if notify {
-            let _ = self.changes.send(source.clone());
-        }
     }
 
     fn remember_failure(&self, source: &SourceRef, digest: Digest, error: LoadError) {

@@ -156,18 +156,6 @@ impl SourceWatcher {
             },
         );
     }
-
-    /// Stops following sources no longer in `in_use`.
-    pub fn retain(&self, in_use: &[SourceRef]) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks.retain(|source, driver| {
-            let keep = in_use.contains(source);
-            if !keep {
-                driver.task.abort();
-            }
-            keep
-        });
-    }
 }
 
 async fn offer(registry: &Arc<PluginRegistry>, source: &SourceRef, fetched: Fetched) -> bool {
