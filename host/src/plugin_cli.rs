@@ -313,11 +313,7 @@ fn run_sync(
             .and_then(Value::as_u64)
             .map(|v| v.min(u64::from(u32::MAX)) as u32),
     );
-    let cx = AppContext {
-        app: &app,
-        observed: &observed,
-        now_ms,
-    };
+    let cx = AppContext::new(&app, &observed, now_ms);
     let tags = || CallTags {
         plugin: compiled.label(),
         app: format!("{namespace}/cli"),
@@ -345,7 +341,7 @@ fn run_sync(
             &engine,
             &limits,
             tags(),
-            cx,
+            &cx,
             rolled_out.as_deref(),
             &desired,
         )?;
@@ -358,7 +354,7 @@ fn run_sync(
     }
     if wanted(Capability::Health, RunCapability::Health) {
         let version = rolled_out.clone().unwrap_or_else(|| desired.clone());
-        let report = compiled.call_health(&engine, &limits, tags(), cx, &version)?;
+        let report = compiled.call_health(&engine, &limits, tags(), &cx, &version)?;
         let conditions: Vec<Value> = report
             .conditions
             .iter()
@@ -374,7 +370,7 @@ fn run_sync(
     }
     if wanted(Capability::Backup, RunCapability::Backup) {
         let last = last_completed_slot(&observed);
-        let decision = compiled.call_backup(&engine, &limits, tags(), cx, last.as_deref())?;
+        let decision = compiled.call_backup(&engine, &limits, tags(), &cx, last.as_deref())?;
         out.insert(
             "backup".into(),
             json!({
@@ -386,7 +382,7 @@ fn run_sync(
     }
     if wanted(Capability::Upgrade, RunCapability::Upgrade) {
         let from = rolled_out.clone().unwrap_or_else(|| desired.clone());
-        let decision = compiled.call_upgrade(&engine, &limits, tags(), cx, &from, &desired)?;
+        let decision = compiled.call_upgrade(&engine, &limits, tags(), &cx, &from, &desired)?;
         out.insert(
             "upgrade".into(),
             json!({"from": from, "to": desired, "decision": format!("{decision:?}")}),
@@ -398,11 +394,8 @@ fn run_sync(
             .filter(|o| o.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim"))
             .cloned()
             .collect();
-        let cx = AppContext {
-            observed: &claims,
-            ..cx
-        };
-        let decision = compiled.call_finalize(&engine, &limits, tags(), cx)?;
+        let decision =
+            compiled.call_finalize(&engine, &limits, tags(), &cx.with_observed(&claims))?;
         let names = |refs: &[crate::plugin::call::ObjectRef]| {
             refs.iter()
                 .map(|r| format!("{}/{}", r.kind, r.name))

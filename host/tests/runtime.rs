@@ -71,13 +71,9 @@ fn plan(
     app: &Value,
     limits: &CallLimits,
 ) -> Result<usize, CallError> {
-    let cx = AppContext {
-        app,
-        observed: &[],
-        now_ms: 1_764_633_600_000,
-    };
+    let cx = AppContext::new(app, [], 1_764_633_600_000);
     plugin
-        .call_plan(engine, limits, CallTags::default(), cx, None, "7.2.4")
+        .call_plan(engine, limits, CallTags::default(), &cx, None, "7.2.4")
         .map(|p| p.objects.len())
 }
 
@@ -101,11 +97,7 @@ fn example_plugins_export_exactly_their_capabilities() {
             &engine,
             &limits,
             CallTags::default(),
-            AppContext {
-                app: &app(json!({})),
-                observed: &[],
-                now_ms: 0,
-            },
+            &AppContext::new(&app(json!({})), [], 0),
             "1",
         )
         .expect_err("hello has no health");
@@ -220,18 +212,14 @@ fn each_call_gets_a_fresh_instance() {
     let engine = PluginEngine::new().expect("engine");
     let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");
     let app = app(json!({"fault": "count"}));
-    let cx = AppContext {
-        app: &app,
-        observed: &[],
-        now_ms: 0,
-    };
+    let cx = AppContext::new(&app, [], 0);
     for _ in 0..3 {
         let plan = fault
             .call_plan(
                 &engine,
                 &CallLimits::default(),
                 CallTags::default(),
-                cx,
+                &cx,
                 None,
                 "1",
             )
@@ -393,16 +381,12 @@ async fn a_bad_version_never_replaces_a_good_one() {
     let app = app(json!({"message": "still here"}));
     let result = in_flight
         .run("spec-diff", move |plugin, engine| {
-            let cx = AppContext {
-                app: &app,
-                observed: &[],
-                now_ms: 0,
-            };
+            let cx = AppContext::new(&app, [], 0);
             plugin.call_plan(
                 engine,
                 &CallLimits::default(),
                 CallTags::default(),
-                cx,
+                &cx,
                 None,
                 "1",
             )

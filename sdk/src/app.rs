@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, ErrorKind, Result, from_path_error};
+use serde_json::value::RawValue;
+
+use crate::error::{Error, ErrorKind, Result, from_path_error, json_message};
 
 /// `apiVersion` of the App resource.
 pub const API_VERSION: &str = "wasmop.dev/v1alpha1";
@@ -87,28 +89,45 @@ impl<C> App<C> {
     }
 }
 
-/// The App as the host sends it, before anything big is typed.
+/// The App as the host sends it, read in one pass: `metadata` and `status`
+/// are typed on the way (the App's metadata carries the largest strings,
+/// such as kubectl's last-applied annotation, so it is scanned once), and
+/// `spec` stays a slice of the text, typed next with field paths for errors.
 ///
-/// `metadata` and `status` stay raw here and are typed from `&Value` below,
-/// the same deserializer observed objects use: each k8s-openapi type then
-/// has one deserializer instantiation in the component, which matters for
-/// its size (ObjectMeta alone is tens of kilobytes of wasm per instantiation).
+/// Everything is typed straight from text, the same deserializer observed
+/// objects use: each k8s-openapi type then has one deserializer
+/// instantiation in the component, which matters for its size (ObjectMeta
+/// alone is tens of kilobytes of wasm per instantiation), and no
+/// `serde_json::Value` tree is built, which matters for the time of a call.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawApp {
+struct RawApp<'a> {
     api_version: String,
     kind: String,
-    metadata: serde_json::Value,
-    spec: RawSpec,
-    #[serde(default)]
-    status: Option<serde_json::Value>,
+    #[serde(deserialize_with = "metadata_field")]
+    metadata: ObjectMeta,
+    #[serde(borrow)]
+    spec: &'a RawValue,
+    #[serde(default, deserialize_with = "status_field")]
+    status: AppStatus,
+}
+
+/// Names the part in the message: these errors carry no field path.
+fn metadata_field<'de, D: serde::Deserializer<'de>>(de: D) -> Result<ObjectMeta, D::Error> {
+    ObjectMeta::deserialize(de).map_err(|e| serde::de::Error::custom(format!("metadata: {e}")))
+}
+
+fn status_field<'de, D: serde::Deserializer<'de>>(de: D) -> Result<AppStatus, D::Error> {
+    Option::<AppStatus>::deserialize(de)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| serde::de::Error::custom(format!("status: {e}")))
 }
 
 #[derive(Deserialize)]
-struct RawSpec {
+struct RawSpec<'a> {
     version: String,
-    #[serde(default)]
-    config: Option<serde_json::Value>,
+    #[serde(default, borrow)]
+    config: Option<&'a RawValue>,
     #[serde(default)]
     plugin: serde_json::Value,
     #[serde(default)]
@@ -123,18 +142,16 @@ impl<C: DeserializeOwned> App<C> {
     /// [`ErrorKind::InvalidConfig`] naming the field, e.g.
     /// `spec.config.backup.retain`.
     pub fn from_json(text: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid_input(format!("the App is not JSON: {e}")))?;
-        let raw: RawApp = serde_path_to_error::deserialize(&value)
-            .map_err(|e| from_path_error(ErrorKind::InvalidInput, "", e))?;
+        let raw: RawApp<'_> = serde_json::from_str(text).map_err(|e| {
+            Error::invalid_input(format!("the App is not readable: {}", json_message(&e)))
+        })?;
         if raw.api_version != API_VERSION || raw.kind != KIND {
             return Err(Error::invalid_input(format!(
                 "expected {API_VERSION} {KIND}, got {} {}",
                 raw.api_version, raw.kind
             )));
         }
-        let metadata = ObjectMeta::deserialize(&raw.metadata)
-            .map_err(|e| Error::invalid_input(e.to_string()).with_field("metadata"))?;
+        let metadata = raw.metadata;
         for (field, value) in [
             ("metadata.name", &metadata.name),
             ("metadata.namespace", &metadata.namespace),
@@ -145,25 +162,25 @@ impl<C: DeserializeOwned> App<C> {
                 );
             }
         }
-        let status = match &raw.status {
-            None | Some(serde_json::Value::Null) => AppStatus::default(),
-            Some(status) => AppStatus::deserialize(status)
-                .map_err(|e| Error::invalid_input(e.to_string()).with_field("status"))?,
+        let status = raw.status;
+        let spec: RawSpec<'_> = serde_path_to_error::deserialize(
+            &mut serde_json::Deserializer::from_str(raw.spec.get()),
+        )
+        .map_err(|e| from_path_error(ErrorKind::InvalidInput, "spec", e))?;
+        let config = match spec.config.map(RawValue::get) {
+            None | Some("null") => "{}",
+            Some(config) => config,
         };
-        let empty = serde_json::Value::Object(Default::default());
-        let config = match &raw.spec.config {
-            None | Some(serde_json::Value::Null) => &empty,
-            Some(value) => value,
-        };
-        let config = serde_path_to_error::deserialize(config)
-            .map_err(|e| from_path_error(ErrorKind::InvalidConfig, "spec.config", e))?;
+        let config =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(config))
+                .map_err(|e| from_path_error(ErrorKind::InvalidConfig, "spec.config", e))?;
         Ok(App {
             metadata,
             spec: AppSpec {
-                version: raw.spec.version,
+                version: spec.version,
                 config,
-                plugin: raw.spec.plugin,
-                limits: raw.spec.limits,
+                plugin: spec.plugin,
+                limits: spec.limits,
             },
             status,
         })
@@ -261,6 +278,11 @@ mod tests {
         let wrong_kind = app(json!({})).replace("\"App\"", "\"Pod\"");
         let err = App::<Config>::from_json(&wrong_kind).expect_err("not an App");
         assert!(err.message().contains("Pod"), "{err}");
+
+        let bad_metadata = app(json!({})).replace("\"generation\":2", "\"generation\":\"two\"");
+        let err = App::<Config>::from_json(&bad_metadata).expect_err("generation is a number");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(err.message().contains("metadata: invalid type"), "{err}");
 
         let mut no_ns = app_value(json!({}));
         no_ns["metadata"]

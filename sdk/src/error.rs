@@ -127,8 +127,20 @@ pub(crate) fn from_path_error(
     };
     Error {
         kind,
-        message: err.into_inner().to_string(),
+        message: json_message(&err.into_inner()),
         field: Some(field),
+    }
+}
+
+/// A serde_json error without the " at line 1 column 312" it appends: the
+/// host sends each object on one line, so the position says nothing a field
+/// path does not say better.
+pub(crate) fn json_message(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    let position = format!(" at line {} column {}", err.line(), err.column());
+    match text.strip_suffix(&position) {
+        Some(message) => message.to_string(),
+        None => text,
     }
 }
 

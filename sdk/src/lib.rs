@@ -168,6 +168,7 @@ pub mod log;
 pub mod metadata;
 pub mod objects;
 pub mod observed;
+pub mod schedule;
 pub mod spec_diff;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
@@ -184,6 +185,7 @@ pub use finalize::{Finalize, FinalizeDecision, FinalizeInput, ObjectRef};
 pub use health::{Condition, ConditionStatus, Health, HealthInput, HealthReport, HealthState};
 pub use metadata::{Capability, KindRef, Metadata, Plugin};
 pub use observed::{Observed, StatusView};
+pub use schedule::{Schedule, ScheduleError};
 pub use spec_diff::{Plan, PlanInput, SpecDiff};
 pub use upgrade::{Upgrade, UpgradeDecision, UpgradeInput};
 

@@ -153,32 +153,27 @@ impl Fixture {
     pub fn plan<P: SpecDiff>(&self) -> Result<Plan> {
         let raw = runtime::plan::<P>(
             &self.app,
-            &self.observed,
+            self.observed.clone(),
             self.current(),
             self.target(),
             self.now_ms,
         )?;
-        let objects = raw
-            .objects
-            .iter()
-            .map(|o| serde_json::from_str(o).map_err(|e| Error::internal(e.to_string())))
-            .collect::<Result<_>>()?;
-        Ok(Plan::from_parts(
-            objects,
+        Plan::from_parts(
+            raw.objects,
             raw.requeue_after_ms.map(std::time::Duration::from_millis),
-        ))
+        )
     }
 
     /// Calls `health.check` for the target version.
     pub fn check<P: Health>(&self) -> Result<HealthReport> {
-        runtime::check::<P>(&self.app, &self.observed, self.target(), self.now_ms)
+        runtime::check::<P>(&self.app, self.observed.clone(), self.target(), self.now_ms)
     }
 
     /// Calls `backup.schedule`.
     pub fn schedule<P: Backup>(&self) -> Result<BackupDecision> {
         let raw = runtime::schedule::<P>(
             &self.app,
-            &self.observed,
+            self.observed.clone(),
             self.last_completed_slot.clone(),
             self.now_ms,
         )?;
@@ -204,12 +199,18 @@ impl Fixture {
     /// Calls `upgrade.gate` from the current to the target version.
     pub fn gate<P: Upgrade>(&self) -> Result<UpgradeDecision> {
         let from = self.current().unwrap_or_default();
-        runtime::gate::<P>(&self.app, &self.observed, from, self.target(), self.now_ms)
+        runtime::gate::<P>(
+            &self.app,
+            self.observed.clone(),
+            from,
+            self.target(),
+            self.now_ms,
+        )
     }
 
     /// Calls `finalize.cleanup`; the observed objects are the retained ones.
     pub fn cleanup<P: Finalize>(&self) -> Result<FinalizeDecision> {
-        runtime::cleanup::<P>(&self.app, &self.observed, self.now_ms)
+        runtime::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)
     }
 
     fn app_field(&self, pointer: &str) -> Option<String> {

@@ -152,7 +152,7 @@ mod spec_diff_glue {
         fn plan(input: w::PlanInput) -> Result<w::Desired, w::PluginError> {
             runtime::plan::<T>(
                 &input.app,
-                &input.observed,
+                input.observed,
                 input.current_version,
                 input.target_version,
                 input.now,
@@ -173,7 +173,7 @@ mod health_glue {
 
     impl<T: crate::Health> w::Guest for T {
         fn check(input: w::CheckInput) -> Result<w::Report, w::PluginError> {
-            runtime::check::<T>(&input.app, &input.observed, input.version, input.now)
+            runtime::check::<T>(&input.app, input.observed, input.version, input.now)
                 .map(|r| w::Report {
                     state: match r.state {
                         HealthState::Healthy => w::State::Healthy,
@@ -210,7 +210,7 @@ mod backup_glue {
         fn schedule(input: w::ScheduleInput) -> Result<w::ScheduleDecision, w::PluginError> {
             runtime::schedule::<T>(
                 &input.app,
-                &input.observed,
+                input.observed,
                 input.last_completed_slot,
                 input.now,
             )
@@ -233,7 +233,7 @@ mod upgrade_glue {
         fn gate(input: w::GateInput) -> Result<w::GateDecision, w::PluginError> {
             runtime::gate::<T>(
                 &input.app,
-                &input.observed,
+                input.observed,
                 input.from_version,
                 input.to_version,
                 input.now,
@@ -264,7 +264,7 @@ mod finalize_glue {
                     })
                     .collect()
             };
-            runtime::cleanup::<T>(&input.app, &input.retained, input.now)
+            runtime::cleanup::<T>(&input.app, input.retained, input.now)
                 .map(|d| w::CleanupDecision {
                     delete: refs(d.delete),
                     keep: refs(d.keep),

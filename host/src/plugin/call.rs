@@ -15,15 +15,39 @@ use super::{
     sandbox::{CallState, CallTags},
 };
 
-/// What every capability call is given about the App.
-#[derive(Debug, Clone, Copy)]
-pub struct AppContext<'a> {
-    /// The App object.
-    pub app: &'a Value,
-    /// Objects the host observes for the App (owned objects, backup Jobs, Pods...).
-    pub observed: &'a [Value],
-    /// The host's clock, milliseconds since the Unix epoch.
-    pub now_ms: i64,
+/// What every capability call is given about the App, serialized once: a reconcile makes up to
+/// five calls with the same App and observed objects, and turning them into JSON text was a
+/// tenth of each call (measured).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppContext {
+    app: String,
+    observed: Vec<String>,
+    now_ms: i64,
+}
+
+impl AppContext {
+    /// `app` is the App object; `observed` the objects the host observes for it (owned objects,
+    /// backup Jobs, Pods...); `now_ms` the host's clock in milliseconds since the Unix epoch.
+    pub fn new<'a>(
+        app: &Value,
+        observed: impl IntoIterator<Item = &'a Value>,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            app: app.to_string(),
+            observed: observed.into_iter().map(Value::to_string).collect(),
+            now_ms,
+        }
+    }
+
+    /// The same App and clock with other observed objects (finalize sees only what is retained).
+    pub fn with_observed<'a>(&self, observed: impl IntoIterator<Item = &'a Value>) -> Self {
+        Self {
+            app: self.app.clone(),
+            observed: observed.into_iter().map(Value::to_string).collect(),
+            now_ms: self.now_ms,
+        }
+    }
 }
 
 /// The objects a plugin wants to exist.
@@ -261,14 +285,14 @@ impl CompiledPlugin {
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
-        cx: AppContext<'_>,
+        cx: &AppContext,
         current_version: Option<&str>,
         target_version: &str,
     ) -> Result<Plan, CallError> {
         let capability = Capability::SpecDiff;
         let input = guest::spec_diff::PlanInput {
-            app: cx.app.to_string(),
-            observed: cx.observed.iter().map(Value::to_string).collect(),
+            app: cx.app.clone(),
+            observed: cx.observed.clone(),
             current_version: current_version.map(str::to_string),
             target_version: target_version.to_string(),
             now: cx.now_ms,
@@ -298,14 +322,14 @@ impl CompiledPlugin {
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
-        cx: AppContext<'_>,
+        cx: &AppContext,
         version: &str,
     ) -> Result<HealthReport, CallError> {
         use guest::health::{ConditionStatus, State};
         let capability = Capability::Health;
         let input = guest::health::CheckInput {
-            app: cx.app.to_string(),
-            observed: cx.observed.iter().map(Value::to_string).collect(),
+            app: cx.app.clone(),
+            observed: cx.observed.clone(),
             version: version.to_string(),
             now: cx.now_ms,
         };
@@ -382,13 +406,13 @@ impl CompiledPlugin {
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
-        cx: AppContext<'_>,
+        cx: &AppContext,
         last_completed_slot: Option<&str>,
     ) -> Result<BackupDecision, CallError> {
         let capability = Capability::Backup;
         let input = guest::backup::ScheduleInput {
-            app: cx.app.to_string(),
-            observed: cx.observed.iter().map(Value::to_string).collect(),
+            app: cx.app.clone(),
+            observed: cx.observed.clone(),
             last_completed_slot: last_completed_slot.map(str::to_string),
             now: cx.now_ms,
         };
@@ -437,14 +461,14 @@ impl CompiledPlugin {
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
-        cx: AppContext<'_>,
+        cx: &AppContext,
         from_version: &str,
         to_version: &str,
     ) -> Result<GateDecision, CallError> {
         let capability = Capability::Upgrade;
         let input = guest::upgrade::GateInput {
-            app: cx.app.to_string(),
-            observed: cx.observed.iter().map(Value::to_string).collect(),
+            app: cx.app.clone(),
+            observed: cx.observed.clone(),
             from_version: from_version.to_string(),
             to_version: to_version.to_string(),
             now: cx.now_ms,
@@ -480,12 +504,12 @@ impl CompiledPlugin {
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
-        cx: AppContext<'_>,
+        cx: &AppContext,
     ) -> Result<CleanupDecision, CallError> {
         let capability = Capability::Finalize;
         let input = guest::finalize::CleanupInput {
-            app: cx.app.to_string(),
-            retained: cx.observed.iter().map(Value::to_string).collect(),
+            app: cx.app.clone(),
+            retained: cx.observed.clone(),
             now: cx.now_ms,
         };
         let result = self.invoke(

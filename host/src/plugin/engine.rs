@@ -8,7 +8,7 @@ use std::{
 };
 
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
     component::{HasSelf, Linker},
 };
 
@@ -47,6 +47,9 @@ impl PluginEngine {
             // instead of madvise keeps the pages mapped, so the next call on the same slot does
             // not page-fault its way through them (the largest cost of a call, measured).
             .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), reset only the pages the call
+            // dirtied instead of memsetting the whole resident prefix.
+            .pagemap_scan(Enabled::Auto)
             .table_keep_resident(64 << 10);
         let mut config = Config::new();
         config

@@ -274,11 +274,9 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
 #[derive(Clone)]
 struct Caller {
     loaded: Arc<LoadedPlugin>,
-    app: Arc<Value>,
-    observed: Arc<Vec<Value>>,
+    input: Arc<AppContext>,
     limits: CallLimits,
     tags: CallTags,
-    now_ms: i64,
 }
 
 impl Caller {
@@ -290,7 +288,7 @@ impl Caller {
                 &PluginEngine,
                 &CallLimits,
                 CallTags,
-                AppContext<'_>,
+                &AppContext,
             ) -> Result<R, CallError>
             + Send
             + 'static,
@@ -298,12 +296,7 @@ impl Caller {
         let this = self.clone();
         self.loaded
             .run(interface, move |plugin, engine| {
-                let cx = AppContext {
-                    app: &this.app,
-                    observed: &this.observed,
-                    now_ms: this.now_ms,
-                };
-                call(plugin, engine, &this.limits, this.tags.clone(), cx)
+                call(plugin, engine, &this.limits, this.tags.clone(), &this.input)
             })
             .await
     }
@@ -343,16 +336,16 @@ async fn run_stages(
 
     // fetch
     let observed = ctx.stores.observe(&namespace, &name, &uid);
-    let app_json = Arc::new(serde_json::to_value(app).unwrap_or(Value::Null));
-    let observed_json: Arc<Vec<Value>> =
-        Arc::new(observed.iter().map(|o| o.json.clone()).collect());
+    let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
     let caller = Caller {
         loaded: Arc::clone(loaded),
-        app: app_json,
-        observed: observed_json,
+        input: Arc::new(AppContext::new(
+            &app_json,
+            observed.iter().map(|o| &o.json),
+            now_ms(),
+        )),
         limits,
         tags: tags(loaded, app),
-        now_ms: now_ms(),
     };
 
     // upgrade: which version to render
@@ -780,11 +773,7 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
                 e,
                 &limits,
                 tg,
-                AppContext {
-                    app: &app_json,
-                    observed: &retained,
-                    now_ms: now_ms(),
-                },
+                &AppContext::new(&app_json, &retained, now_ms()),
             )
         })
         .await;

@@ -19,8 +19,8 @@ use wasmop_sdk::k8s_openapi::api::core::v1::{
 use wasmop_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasmop_sdk::objects::JobBuilder;
 use wasmop_sdk::{
-    App, Backup, BackupDecision, BackupInput, BackupJob, BackupRun, Error, JobState, Result, Slot,
-    log,
+    App, Backup, BackupDecision, BackupInput, BackupJob, BackupRun, Error, JobState, Result,
+    Schedule, Slot, log,
 };
 
 use crate::Kvstore;
@@ -50,10 +50,13 @@ impl Backup for Kvstore {
         let now = input.now;
         let jobs = BackupJob::list(&input.observed)?;
 
-        let next = cron.find_next_occurrence(&now, false).map_err(|e| {
+        let next = cron.next_after(now).ok_or_else(|| {
             Error::invalid_config(
                 "spec.config.backup.schedule",
-                format!("{:?} never fires: {e}", backup.schedule),
+                format!(
+                    "{:?} does not fire in the next eight years",
+                    backup.schedule
+                ),
             )
         })?;
         let until_next = (next - now).to_std().unwrap_or_default();
@@ -97,14 +100,14 @@ impl Backup for Kvstore {
 fn due_slot(
     app: &App<Config>,
     backup: &BackupConfig,
-    cron: &croner::Cron,
+    cron: &Schedule,
     now: DateTime<Utc>,
     last_completed: Option<&Slot>,
     jobs: &[BackupJob],
 ) -> Option<Slot> {
     // No tick within the search window (a yearly schedule on a young
     // clock): nothing is due.
-    let tick = cron.find_previous_occurrence(&now, true).ok()?;
+    let tick = cron.latest_at_or_before(now)?;
     let slot = Slot::at(tick);
     // A tick before the App existed is not a missed backup.
     let created = app

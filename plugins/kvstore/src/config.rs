@@ -2,11 +2,10 @@
 
 use std::str::FromStr;
 
-use croner::Cron;
 use serde::Deserialize;
 use wasmop_sdk::k8s_openapi::api::core::v1::ResourceRequirements;
 use wasmop_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use wasmop_sdk::{Error, Result};
+use wasmop_sdk::{Error, Result, Schedule};
 
 /// Most replicas one App may ask for. Replication is full-copy from the
 /// primary, so more replicas than this only multiply the primary's load.
@@ -69,7 +68,7 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct BackupConfig {
-    /// Cron schedule, UTC (5 fields, or 6 with seconds; `@daily` works).
+    /// Cron schedule, UTC: 5 fields, or a shorthand such as `@daily`.
     pub schedule: String,
     /// How many successful backups to keep.
     pub retain: u32,
@@ -189,8 +188,8 @@ impl Config {
 
 impl BackupConfig {
     /// The parsed schedule.
-    pub fn cron(&self) -> Result<Cron> {
-        Cron::from_str(&self.schedule).map_err(|e| {
+    pub fn cron(&self) -> Result<Schedule> {
+        Schedule::from_str(&self.schedule).map_err(|e| {
             Error::invalid_config(
                 "spec.config.backup.schedule",
                 format!("{:?} is not a cron schedule: {e}", self.schedule),
