@@ -208,6 +208,22 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
 }
 
 #[test]
+fn a_call_that_outgrows_the_sdk_arena_buffer_still_succeeds() {
+    // The SDK's allocator serves a call from a 2 MiB static buffer, then grows linear memory: an
+    // App with a 3 MiB annotation needs both, and must plan exactly like a small one.
+    let engine = PluginEngine::new().expect("engine");
+    let kvstore = prepare(&engine, "kvstore.wasm").expect("loads");
+    let limits = CallLimits::default();
+    let small = app(json!({"replicas": 3}));
+    let mut large = small.clone();
+    large["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(3 << 20)});
+    assert_eq!(
+        plan(&engine, &kvstore, &large, &limits).expect("plans past the buffer"),
+        plan(&engine, &kvstore, &small, &limits).expect("plans")
+    );
+}
+
+#[test]
 fn each_call_gets_a_fresh_instance() {
     let engine = PluginEngine::new().expect("engine");
     let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");

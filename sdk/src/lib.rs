@@ -174,6 +174,9 @@ pub mod spec_diff;
 pub mod testing;
 pub mod upgrade;
 
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod arena;
 mod runtime;
 #[doc(hidden)]
 pub mod wit;
@@ -212,8 +215,10 @@ pub mod __private {
 /// ```
 ///
 /// Use it once per plugin crate, at the crate root, with the type's name
-/// (an identifier in scope, not a path). A listed capability the type does
-/// not implement is a compile error naming the trait:
+/// (an identifier in scope, not a path). In the component it also installs
+/// the SDK's per-call bump allocator (a plugin must not declare its own
+/// `#[global_allocator]`). A listed capability the type does not implement
+/// is a compile error naming the trait:
 ///
 /// ```compile_fail
 /// # use wasmop_sdk::{Metadata, Plugin};
@@ -263,6 +268,11 @@ macro_rules! export {
 
         #[cfg(target_arch = "wasm32")]
         $crate::wit::base::export!($plugin with_types_in $crate::wit::base);
+
+        // One instance serves one call: see the SDK's `arena` module.
+        #[cfg(target_arch = "wasm32")]
+        #[global_allocator]
+        static __WASMOP_CALL_ARENA: $crate::arena::CallArena = $crate::arena::CallArena::new();
 
         $($($crate::__export_capability!($plugin, $capability);)+)?
     };
