@@ -45,7 +45,8 @@ pub struct CallArena {
 unsafe impl Sync for CallArena {}
 
 impl CallArena {
-    /// An arena with no memory yet; the first allocation grows memory.
+    /// An arena that has handed out nothing; the first allocation starts the
+    /// static buffer.
     pub const fn new() -> Self {
         Self {
             next: Cell::new(0),
