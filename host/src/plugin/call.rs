@@ -26,15 +26,17 @@ pub struct AppContext {
 }
 
 impl AppContext {
-    /// `app` is the App object; `observed` the objects the host observes for it (owned objects,
-    /// backup Jobs, Pods...); `now_ms` the host's clock in milliseconds since the Unix epoch.
+    /// `app` is the App object (typed or JSON); `observed` the objects the host observes for it
+    /// (owned objects, backup Jobs, Pods...); `now_ms` the host's clock in milliseconds since the
+    /// Unix epoch. An App that cannot be serialized (never, for the typed App) is sent as `null`,
+    /// which the plugin refuses as invalid input.
     pub fn new<'a>(
-        app: &Value,
+        app: &impl serde::Serialize,
         observed: impl IntoIterator<Item = &'a Value>,
         now_ms: i64,
     ) -> Self {
         Self {
-            app: app.to_string(),
+            app: serde_json::to_string(app).unwrap_or_else(|_| "null".to_string()),
             observed: observed.into_iter().map(Value::to_string).collect(),
             now_ms,
         }

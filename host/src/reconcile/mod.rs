@@ -336,11 +336,10 @@ async fn run_stages(
 
     // fetch
     let observed = ctx.stores.observe(&namespace, &name, &uid);
-    let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
     let caller = Caller {
         loaded: Arc::clone(loaded),
         input: Arc::new(AppContext::new(
-            &app_json,
+            app,
             observed.iter().map(|o| &o.json),
             now_ms(),
         )),
@@ -764,17 +763,12 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         .await;
         return Ok(Action::await_change());
     };
-    let app_json = serde_json::to_value(app).unwrap_or(Value::Null);
+    let input = AppContext::new(app, &retained, now_ms());
     let tg = tags(&loaded, app);
     let limits = CallLimits::default();
     let decision = loaded
         .run("finalize", move |p, e| {
-            p.call_finalize(
-                e,
-                &limits,
-                tg,
-                &AppContext::new(&app_json, &retained, now_ms()),
-            )
+            p.call_finalize(e, &limits, tg, &input)
         })
         .await;
     let decision = match decision {
