@@ -346,10 +346,7 @@ fn run_sync(
             &desired,
         )?;
         let guarded = guard::check(&namespace, plan.objects)?;
-        let objects: Vec<Value> = guarded
-            .into_iter()
-            .map(|g| Value::Object(g.object))
-            .collect();
+        let objects: Vec<Value> = guarded.into_iter().map(|g| g.object.to_value()).collect();
         out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
     }
     if wanted(Capability::Health, RunCapability::Health) {
@@ -374,7 +371,7 @@ fn run_sync(
         out.insert(
             "backup".into(),
             json!({
-                "run": decision.run.map(|(slot, job)| json!({"slot": slot, "job": job})),
+                "run": decision.run.map(|(slot, job)| json!({"slot": slot, "job": job.to_value()})),
                 "expire": decision.expire,
                 "requeueAfterMs": decision.requeue_after.map(|d| d.as_millis() as u64),
             }),

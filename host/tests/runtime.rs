@@ -241,7 +241,8 @@ fn each_call_gets_a_fresh_instance() {
             )
             .expect("count plans");
         assert_eq!(
-            plan.objects[0]["data"]["payload"], "1",
+            plan.objects[0].to_value()["data"]["payload"],
+            "1",
             "state leaked between calls"
         );
     }

@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use wasmtime::{Store, Trap, component::Instance};
 
 use super::{
@@ -12,6 +12,7 @@ use super::{
     compile::{CompiledPlugin, PluginMetadata},
     engine::PluginEngine,
     limits::CallLimits,
+    object::PluginObject,
     sandbox::{CallState, CallTags},
 };
 
@@ -53,10 +54,10 @@ impl AppContext {
 }
 
 /// The objects a plugin wants to exist.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     /// Each a JSON object with `apiVersion`, `kind` and `metadata.name`.
-    pub objects: Vec<Map<String, Value>>,
+    pub objects: Vec<PluginObject>,
     /// When the plugin wants to be asked again regardless of events.
     pub requeue_after: Option<Duration>,
 }
@@ -99,10 +100,10 @@ pub struct HealthReport {
 }
 
 /// What the backup schedule decided.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct BackupDecision {
     /// A backup to start now: its slot id and Job.
-    pub run: Option<(String, Map<String, Value>)>,
+    pub run: Option<(String, PluginObject)>,
     /// Slots whose Jobs should be deleted.
     pub expire: Vec<String>,
     /// When to ask again.
@@ -563,45 +564,20 @@ impl CompiledPlugin {
         Ok(())
     }
 
-    /// Parses objects the plugin returned as JSON text: each must be a JSON object with string
-    /// `apiVersion`, `kind` and `metadata.name`.
+    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]).
     fn parse_objects(
         &self,
         capability: Capability,
         limits: &CallLimits,
         texts: &[String],
-    ) -> Result<Vec<Map<String, Value>>, CallError> {
+    ) -> Result<Vec<PluginObject>, CallError> {
         self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
         texts
             .iter()
             .enumerate()
             .map(|(index, text)| {
-                let value: Value = serde_json::from_str(text).map_err(|err| {
-                    self.bad(
-                        capability,
-                        format!("object {index} is not valid JSON: {err}"),
-                    )
-                })?;
-                let Value::Object(object) = value else {
-                    return Err(
-                        self.bad(capability, format!("object {index} is not a JSON object"))
-                    );
-                };
-                for (field, value) in [
-                    ("apiVersion", object.get("apiVersion")),
-                    ("kind", object.get("kind")),
-                    (
-                        "metadata.name",
-                        object.get("metadata").and_then(|m| m.get("name")),
-                    ),
-                ] {
-                    if value.is_none_or(|v| v.as_str().is_none_or(str::is_empty)) {
-                        return Err(
-                            self.bad(capability, format!("object {index} has no string {field}"))
-                        );
-                    }
-                }
-                Ok(object)
+                PluginObject::parse(text)
+                    .map_err(|reason| self.bad(capability, format!("object {index} {reason}")))
             })
             .collect()
     }

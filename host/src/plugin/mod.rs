@@ -19,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod limits;
 pub mod metrics;
+pub mod object;
 pub mod registry;
 pub mod sandbox;
 pub mod source;

@@ -14,7 +14,7 @@ use super::{
     fetch::{APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject},
     guard::{Guarded, Kind, PLANNABLE},
 };
-use crate::{app::App, crd_install::FIELD_MANAGER};
+use crate::{app::App, crd_install::FIELD_MANAGER, plugin::object::PluginObject};
 
 fn api_resource(kind: &Kind) -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -36,13 +36,12 @@ pub fn owner_reference(app: &App) -> Value {
 }
 
 /// Adds the host's labels and owner reference to `object`.
-pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
+pub fn stamp(app: &App, object: &mut PluginObject) {
     // A claim the plan asks for must outlive the App unless finalize says otherwise, so it
     // carries the labels (that is how fetch finds it) but no owner reference: garbage
     // collection would delete it with the App whatever the retention policy.
-    let is_claim = object.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim");
-    let metadata = object.entry("metadata").or_insert_with(|| json!({}));
-    if let Some(metadata) = metadata.as_object_mut() {
+    let is_claim = object.kind() == "PersistentVolumeClaim";
+    object.metadata_mut(|metadata| {
         let labels = metadata.entry("labels").or_insert_with(|| json!({}));
         if let Some(labels) = labels.as_object_mut() {
             labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY.into()));
@@ -51,7 +50,7 @@ pub fn stamp(app: &App, object: &mut serde_json::Map<String, Value>) {
         if !is_claim {
             metadata.insert("ownerReferences".into(), json!([owner_reference(app)]));
         }
-    }
+    });
 }
 
 /// Why a plan could not be applied.
@@ -117,7 +116,7 @@ pub async fn apply(
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(Value::Object(object)),
+            &Patch::Apply(&object),
         )
         .await
         .map_err(|source| ApplyError::Api {
@@ -179,15 +178,14 @@ mod tests {
         .expect("valid App")
     }
 
-    fn stamped(kind: &str) -> serde_json::Map<String, Value> {
-        let mut object = serde_json::Map::new();
-        object.insert("kind".into(), json!(kind));
-        object.insert(
-            "metadata".into(),
-            json!({"name": "x", "labels": {"keep": "me"}}),
-        );
+    fn stamped(kind: &str) -> Value {
+        let mut object = PluginObject::parse(
+            &json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "x", "labels": {"keep": "me"}}})
+                .to_string(),
+        )
+        .expect("a plugin object");
         stamp(&app(), &mut object);
-        object
+        object.to_value()
     }
 
     #[test]

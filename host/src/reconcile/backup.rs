@@ -7,14 +7,17 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, PostParams},
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::{
     apply::stamp,
     fetch::{BACKUP_SLOT_LABEL, ObservedObject},
 };
-use crate::app::{App, BackupStatus};
+use crate::{
+    app::{App, BackupStatus},
+    plugin::object::PluginObject,
+};
 
 /// The Job name for `slot` of `app`: `<app>-backup-<slot>`, shortened with a hash when that
 /// would be over the 63 characters a Job's Pods can carry in their labels.
@@ -69,13 +72,10 @@ pub async fn start(
     client: &Client,
     app: &App,
     slot: &str,
-    mut job: Map<String, Value>,
+    mut job: PluginObject,
 ) -> Result<(bool, BackupStatus), kube::Error> {
     let name = job_name(&app.name_any(), slot);
-    let metadata = job
-        .entry("metadata")
-        .or_insert_with(|| serde_json::json!({}));
-    if let Some(metadata) = metadata.as_object_mut() {
+    job.metadata_mut(|metadata| {
         metadata.insert("name".into(), Value::String(name.clone()));
         metadata.insert(
             "namespace".into(),
@@ -87,9 +87,11 @@ pub async fn start(
         if let Some(labels) = labels.as_object_mut() {
             labels.insert(BACKUP_SLOT_LABEL.into(), Value::String(slot.to_string()));
         }
-    }
+    });
     stamp(app, &mut job);
-    let job: Job = serde_json::from_value(Value::Object(job)).map_err(kube::Error::SerdeError)?;
+    let job: Job = serde_json::to_value(&job)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)?;
     let api: Api<Job> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
     let status = BackupStatus {
         slot: slot.to_string(),

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::plugin::object::PluginObject;
 
 /// A kind plugins may plan, and how the host reaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,35 +88,32 @@ pub const PLANNABLE: &[Kind] = &[
 
 /// Most objects planned for one App.
 pub const MAX_OBJECTS: usize = 64;
-/// Largest planned object, serialized; etcd's own limit is 1.5 MiB.
+/// Largest planned object as the plugin wrote it; etcd's own limit is 1.5 MiB.
 pub const MAX_OBJECT_BYTES: usize = 512 << 10;
 
 /// An object that passed the guard.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Guarded {
     /// Its kind.
     pub kind: &'static Kind,
     /// `metadata.name`.
     pub name: String,
     /// The object, with `metadata.namespace` set to the App's.
-    pub object: Map<String, Value>,
+    pub object: PluginObject,
 }
 
 /// Why a plan was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("plan rejected: {object}: {reason}")]
 pub struct GuardError {
-    /// `Kind/name` (or the index when there is no usable name).
+    /// `Kind/name`.
     pub object: String,
     /// The rule it broke.
     pub reason: String,
 }
 
 /// Checks every object of a plan for the App in `namespace`.
-pub fn check(
-    namespace: &str,
-    objects: Vec<Map<String, Value>>,
-) -> Result<Vec<Guarded>, GuardError> {
+pub fn check(namespace: &str, objects: Vec<PluginObject>) -> Result<Vec<Guarded>, GuardError> {
     if objects.len() > MAX_OBJECTS {
         return Err(GuardError {
             object: format!("{} objects", objects.len()),
@@ -123,41 +122,25 @@ pub fn check(
     }
     let mut seen = BTreeSet::new();
     let mut guarded = Vec::with_capacity(objects.len());
-    for (index, mut object) in objects.into_iter().enumerate() {
-        let text = |key: &str| {
-            object
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let (api_version, kind_name) = (text("apiVersion"), text("kind"));
-        let name = object
-            .get("metadata")
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let label = if name.is_empty() {
-            format!("{kind_name} #{index}")
-        } else {
-            format!("{kind_name}/{name}")
-        };
+    for mut object in objects {
+        let name = object.name().to_string();
         let reject = |reason: String| GuardError {
-            object: label.clone(),
+            object: format!("{}/{name}", object.kind()),
             reason,
         };
 
         let kind = PLANNABLE
             .iter()
-            .find(|k| k.kind == kind_name && k.api_version() == api_version)
+            .find(|k| k.kind == object.kind() && k.api_version() == object.api_version())
             .ok_or_else(|| {
                 let allowed: Vec<String> = PLANNABLE
                     .iter()
                     .map(|k| format!("{}/{}", k.api_version(), k.kind))
                     .collect();
                 reject(format!(
-                    "{api_version}/{kind_name} is not an allowed kind (allowed: {})",
+                    "{}/{} is not an allowed kind (allowed: {})",
+                    object.api_version(),
+                    object.kind(),
                     allowed.join(", ")
                 ))
             })?;
@@ -166,36 +149,32 @@ pub fn check(
                 "metadata.name {name:?} is not a DNS-1123 subdomain"
             )));
         }
-        let metadata = object
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .ok_or_else(|| reject("metadata is not an object".into()))?;
-        match metadata.get("namespace").and_then(Value::as_str) {
+        match object.metadata().get("namespace") {
             None => {}
-            Some(ns) if ns == namespace => {}
+            Some(Value::String(ns)) if ns == namespace => {}
             Some(ns) => {
                 return Err(reject(format!(
-                    "metadata.namespace {ns:?} is not the App's namespace {namespace:?}"
+                    "metadata.namespace {ns} is not the App's namespace {namespace:?}"
                 )));
             }
         }
-        if metadata.contains_key("ownerReferences") {
+        if object.metadata().contains_key("ownerReferences") {
             return Err(reject(
                 "metadata.ownerReferences is set by the host, not the plugin".into(),
             ));
         }
-        metadata.insert("namespace".into(), Value::String(namespace.to_string()));
+        if object.text_len() > MAX_OBJECT_BYTES {
+            return Err(reject(format!(
+                "{} bytes is over the {MAX_OBJECT_BYTES} byte limit",
+                object.text_len()
+            )));
+        }
         if !seen.insert((kind.kind, name.clone())) {
             return Err(reject("planned twice".into()));
         }
-        let size = serde_json::to_vec(&object)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if size > MAX_OBJECT_BYTES {
-            return Err(reject(format!(
-                "{size} bytes is over the {MAX_OBJECT_BYTES} byte limit"
-            )));
-        }
+        object.metadata_mut(|metadata| {
+            metadata.insert("namespace".into(), Value::String(namespace.to_string()));
+        });
         guarded.push(Guarded { kind, name, object });
     }
     Ok(guarded)
@@ -219,14 +198,11 @@ mod tests {
 
     use super::*;
 
-    fn obj(value: Value) -> Map<String, Value> {
-        match value {
-            Value::Object(map) => map,
-            _ => unreachable!("test objects are objects"),
-        }
+    fn obj(value: Value) -> PluginObject {
+        PluginObject::parse(&value.to_string()).expect("test objects are plugin objects")
     }
 
-    fn cm(name: &str) -> Map<String, Value> {
+    fn cm(name: &str) -> PluginObject {
         obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}))
     }
 
@@ -240,7 +216,7 @@ mod tests {
         ];
         let guarded = check("ns", plan).expect("passes");
         assert_eq!(guarded.len(), 2);
-        assert_eq!(guarded[0].object["metadata"]["namespace"], "ns");
+        assert_eq!(guarded[0].object.metadata()["namespace"], "ns");
         assert_eq!(guarded[1].kind.plural, "statefulsets");
     }
 
