@@ -15,7 +15,7 @@
 # switch on (Cargo feature unification) leaks into another's component.
 #
 # Stripping: the root Cargo.toml sets `strip = true` for release, but its
-# per-package overrides (opt-level "s") make Cargo fall back to
+# per-package overrides (opt-level) make Cargo fall back to
 # strip=debuginfo for exactly these packages, leaving a name section that is
 # a third of the file. `--config ...strip=true` restores it per package.
 set -euo pipefail
