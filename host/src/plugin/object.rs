@@ -4,9 +4,9 @@
 //! The host reads and changes only the head of an object: `apiVersion`, `kind` and `metadata`
 //! (name, namespace, labels, owner references). So only `metadata` is parsed into a tree; every
 //! other top-level field stays the plugin's JSON text and goes to the API server verbatim.
-//! Parsing whole objects into trees and serializing them again was most of the host's share of
-//! a plan call (measured with kvstore: 15-23 µs of parse for six objects, then the same again
-//! to write the apply bodies).
+//! Parsing whole objects into trees was most of the host's share of a plan call (measured with
+//! kvstore's six objects: 15-23 µs, against 4-5 µs for reading the head alone), and each tree
+//! was serialized again for the size check and for the apply body.
 
 use serde::{
     Serialize, Serializer,

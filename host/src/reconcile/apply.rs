@@ -85,8 +85,9 @@ pub async fn apply(
         .map(|o| (o.kind.as_str(), o.name.as_str()))
         .collect();
     // Only objects the App does not manage yet cost a read, so a steady App costs none.
-    for Guarded { kind, name, .. } in &plan {
-        if ours.contains(&(kind.kind, name.as_str())) {
+    for Guarded { kind, object } in &plan {
+        let name = object.name();
+        if ours.contains(&(kind.kind, name)) {
             continue;
         }
         let api: Api<DynamicObject> =
@@ -104,17 +105,13 @@ pub async fn apply(
             }
         }
     }
-    for Guarded {
-        kind,
-        name,
-        mut object,
-    } in plan
-    {
+    for Guarded { kind, mut object } in plan {
         stamp(app, &mut object);
+        let name = object.name();
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &namespace, &api_resource(kind));
         api.patch(
-            &name,
+            name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&object),
         )

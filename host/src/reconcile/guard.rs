@@ -96,8 +96,6 @@ pub const MAX_OBJECT_BYTES: usize = 512 << 10;
 pub struct Guarded {
     /// Its kind.
     pub kind: &'static Kind,
-    /// `metadata.name`.
-    pub name: String,
     /// The object, with `metadata.namespace` set to the App's.
     pub object: PluginObject,
 }
@@ -175,7 +173,7 @@ pub fn check(namespace: &str, objects: Vec<PluginObject>) -> Result<Vec<Guarded>
         object.metadata_mut(|metadata| {
             metadata.insert("namespace".into(), Value::String(namespace.to_string()));
         });
-        guarded.push(Guarded { kind, name, object });
+        guarded.push(Guarded { kind, object });
     }
     Ok(guarded)
 }

@@ -464,7 +464,7 @@ async fn run_stages(
     };
     let planned: BTreeSet<(String, String)> = guarded
         .iter()
-        .map(|g| (g.kind.kind.to_string(), g.name.clone()))
+        .map(|g| (g.kind.kind.to_string(), g.object.name().to_string()))
         .collect();
 
     // apply, prune
