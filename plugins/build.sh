@@ -14,6 +14,12 @@
 # One package per cargo invocation, so nothing one plugin's dependencies
 # switch on (Cargo feature unification) leaks into another's component.
 #
+# Whole-program LTO with one codegen unit: inlining across the plugin, the SDK, serde_json and
+# k8s-openapi makes kvstore's calls 12-18% faster (plan 89 -> 73 us, the per-call floor of a
+# metadata call 14.6 -> 11.9 us, measured) for a 7% larger file. It is set here, not in the root
+# Cargo.toml, because a profile's LTO cannot be scoped to packages and the host's release build
+# (wasmtime, kube) would take several times as long with it.
+#
 # Stripping: the root Cargo.toml sets `strip = true` for release, but its
 # per-package overrides (opt-level) make Cargo fall back to
 # strip=debuginfo for exactly these packages, leaving a name section that is
@@ -48,7 +54,8 @@ for name in "${plugins[@]}"; do
 
   echo "==> building $name" >&2
   cargo build --release --target "$TARGET" -p "$name" \
-    --config "profile.release.package.$name.strip=true"
+    --config "profile.release.package.$name.strip=true" \
+    --config 'profile.release.lto="fat"' --config profile.release.codegen-units=1
   wasm="$CARGO_TARGET_DIR/$TARGET/release/${name//-/_}.wasm"
 
   "$WASM_TOOLS" validate "$wasm"
