@@ -15,3 +15,10 @@ pub mod probes;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;
+
+// A plugin call allocates on the host for its Store, its WASI context and what it lifts out of
+// the guest; with glibc's malloc that was about 7% of a plan call. mimalloc makes plan and
+// metadata calls about 5% faster (measured with plugin_bench). Set in the library, not only in
+// `main.rs`, so that the benchmark and the tests run with the allocator the binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
