@@ -69,6 +69,55 @@ enum MetadataKey {
 
 impl Head {
     fn read(text: &str) -> std::result::Result<Head, serde_json::Error> {
+        match Head::scan(text) {
+            Some(head) => Ok(head),
+            None => Head::parse(text),
+        }
+    }
+
+    /// The head of an object as serde_json writes one, read without
+    /// serde: stopping a serde_json parse early takes an error, and building
+    /// it counts the lines up to the stop (a fifth of reading the head,
+    /// measured). `None` for anything this does not expect (an escape in a
+    /// key or in a head value, text that is not JSON, a head that is not
+    /// complete); [`Head::parse`] then reads the object and explains what
+    /// is wrong with it.
+    fn scan(text: &str) -> Option<Head> {
+        let mut scan = Scanner {
+            text,
+            at: 0,
+            first: true,
+        };
+        let mut head = Head::default();
+        scan.open()?;
+        while let Some(key) = scan.key()? {
+            match key {
+                "apiVersion" => head.api_version = Some(scan.string()?.to_string()),
+                "kind" => head.kind = Some(scan.string()?.to_string()),
+                "metadata" => {
+                    scan.open()?;
+                    while let Some(key) = scan.key()? {
+                        if key == "name" {
+                            head.name = Some(scan.string()?.to_string());
+                            if head.is_complete() {
+                                return Some(head);
+                            }
+                        } else {
+                            scan.skip_value()?;
+                        }
+                    }
+                }
+                _ => scan.skip_value()?,
+            }
+            if head.is_complete() {
+                return Some(head);
+            }
+        }
+        None
+    }
+
+    /// The head through serde_json, for whatever [`Head::scan`] turns down.
+    fn parse(text: &str) -> std::result::Result<Head, serde_json::Error> {
         let mut head = Head::default();
         let result =
             serde_json::Deserializer::from_str(text).deserialize_map(ObjectVisitor(&mut head));
@@ -81,6 +130,110 @@ impl Head {
 
     fn is_complete(&self) -> bool {
         self.api_version.is_some() && self.kind.is_some() && self.name.is_some()
+    }
+}
+
+/// Reads JSON objects forward through `text`, as far as [`Head::scan`] needs.
+struct Scanner<'t> {
+    text: &'t str,
+    at: usize,
+    /// Whether the object just entered has had no member yet (no comma).
+    first: bool,
+}
+
+impl<'t> Scanner<'t> {
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(&byte) = bytes.get(self.at) {
+            if !matches!(byte, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(byte);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        if self.peek()? != byte {
+            return None;
+        }
+        self.at += 1;
+        Some(())
+    }
+
+    /// Enters an object; its first [`Self::key`] then needs no comma.
+    fn open(&mut self) -> Option<()> {
+        self.expect(b'{')?;
+        self.first = true;
+        Some(())
+    }
+
+    /// The next key of the object: `Some(None)` at its end, `None` for
+    /// anything unexpected.
+    fn key(&mut self) -> Option<Option<&'t str>> {
+        match self.peek()? {
+            b'}' => {
+                self.at += 1;
+                // The object just closed was a member of the one around it.
+                self.first = false;
+                return Some(None);
+            }
+            b',' if !self.first => self.at += 1,
+            _ if self.first => {}
+            _ => return None,
+        }
+        self.first = false;
+        let key = self.string()?;
+        self.expect(b':')?;
+        Some(Some(key))
+    }
+
+    /// A string without escapes.
+    fn string(&mut self) -> Option<&'t str> {
+        self.expect(b'"')?;
+        let start = self.at;
+        let len = self.text.as_bytes()[start..]
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        self.at = start + len;
+        self.expect(b'"')?;
+        self.text.get(start..start + len)
+    }
+
+    /// Steps over one value of any kind, checking only that brackets and
+    /// quotes pair up: the value is parsed for real if the plugin reads it.
+    fn skip_value(&mut self) -> Option<()> {
+        let bytes = self.text.as_bytes();
+        if !matches!(self.peek()?, b'"' | b'{' | b'[') {
+            // A number, true, false or null runs to the next delimiter.
+            while !matches!(
+                bytes.get(self.at),
+                None | Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            ) {
+                self.at += 1;
+            }
+            return Some(());
+        }
+        let mut depth = 0usize;
+        loop {
+            match *bytes.get(self.at)? {
+                b'"' => loop {
+                    self.at += 1;
+                    match *bytes.get(self.at)? {
+                        b'"' => break,
+                        b'\\' => self.at += 1,
+                        _ => {}
+                    }
+                },
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => depth = depth.checked_sub(1)?,
+                _ => {}
+            }
+            self.at += 1;
+            if depth == 0 {
+                return Some(());
+            }
+        }
     }
 }
 
@@ -369,6 +522,44 @@ mod tests {
         assert!(observed.get::<Pod>("kv-0").expect("typed").is_some());
         let err = observed.get::<Pod>("kv-1").expect_err("truncated");
         assert!(err.message().starts_with("v1 Pod kv-1:"), "{err}");
+    }
+
+    #[test]
+    fn the_scan_reads_heads_as_serde_would() {
+        let texts = [
+            sts("kv", 3),
+            // Nested values, brackets and escaped quotes inside strings before the name.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{"a":"{[\"}","b":"c\\"},"generation":3,"labels":{},"managedFields":[{"f":[1,{"g":null}]}],"name":"p"}}"#.to_string(),
+            // Whitespace anywhere, and members after the head.
+            " {\n \"apiVersion\" : \"v1\" ,\t\"kind\":\"Pod\", \"metadata\": { \"labels\": { } , \"name\" : \"q\" } , \"spec\": {}}".to_string(),
+            // An empty object as a member, then more members.
+            r#"{"apiVersion":"v1","data":{},"kind":"ConfigMap","metadata":{"name":"c"}}"#.to_string(),
+        ];
+        for text in &texts {
+            let scanned = Head::scan(text).unwrap_or_else(|| panic!("scans {text}"));
+            let parsed = Head::parse(text).expect("parses");
+            assert_eq!(
+                (scanned.api_version, scanned.kind, scanned.name),
+                (parsed.api_version, parsed.kind, parsed.name),
+                "{text}"
+            );
+        }
+        // An escape in the name is left to serde_json, which decodes it.
+        let escaped = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\u0062"}}"#;
+        assert!(Head::scan(escaped).is_none());
+        assert_eq!(
+            Head::read(escaped).expect("reads").name.as_deref(),
+            Some("ab")
+        );
+        for bad in [
+            "",
+            "[]",
+            "{",
+            r#"{"kind" "Pod"}"#,
+            r#"{"metadata":[],"kind":"Pod"}"#,
+        ] {
+            assert!(Head::scan(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]
