@@ -100,6 +100,18 @@ impl WasiView for CallState {
 /// The host implementation of the `log` import: structured events into tracing.
 impl log::Host for CallState {
     fn emit(&mut self, level: log::Level, message: String, fields: Vec<log::Field>) {
+        // Plugins log on every call (kvstore's plan at debug); joining the fields for an event
+        // nobody subscribed to would be work on every call.
+        let enabled = match level {
+            log::Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+            log::Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+            log::Level::Info => tracing::enabled!(tracing::Level::INFO),
+            log::Level::Warn => tracing::enabled!(tracing::Level::WARN),
+            log::Level::Error => tracing::enabled!(tracing::Level::ERROR),
+        };
+        if !enabled {
+            return;
+        }
         let fields = fields
             .iter()
             .map(|f| format!("{}={}", f.key, f.value))
@@ -147,5 +159,67 @@ impl ResourceLimiter for MemoryCap {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects what a fmt subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged_at(max: tracing::Level, level: log::Level) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(max)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let tags = CallTags {
+                plugin: "kvstore@abc".into(),
+                app: "shop/cache".into(),
+            };
+            let mut state = CallState::new(tags, 1 << 20);
+            log::Host::emit(
+                &mut state,
+                level,
+                "planned kvstore".into(),
+                vec![log::Field {
+                    key: "objects".into(),
+                    value: "6".into(),
+                }],
+            );
+        });
+        let bytes = captured.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn plugin_logs_reach_tracing_tagged_and_only_at_enabled_levels() {
+        let line = logged_at(tracing::Level::DEBUG, log::Level::Debug);
+        for part in ["planned kvstore", "kvstore@abc", "shop/cache", "objects=6"] {
+            assert!(line.contains(part), "{part} missing from {line:?}");
+        }
+        assert_eq!(logged_at(tracing::Level::INFO, log::Level::Debug), "");
+        assert!(logged_at(tracing::Level::INFO, log::Level::Warn).contains("WARN"));
     }
 }
