@@ -17,8 +17,8 @@
 # Whole-program LTO with one codegen unit: inlining across the plugin, the SDK, serde_json and
 # k8s-openapi makes kvstore's calls 12-18% faster (plan 89 -> 73 us, the per-call floor of a
 # metadata call 14.6 -> 11.9 us, measured) for a 7% larger file. It is set here, not in the root
-# Cargo.toml, because a profile's LTO cannot be scoped to packages and the host's release build
-# (wasmtime, kube) would take several times as long with it.
+# Cargo.toml, because a profile's LTO cannot be scoped to packages: every release build of the
+# host would then run fat LTO over wasmtime and kube too (not measured; not wanted for now).
 #
 # Stripping: the root Cargo.toml sets `strip = true` for release, but its
 # per-package overrides (opt-level) make Cargo fall back to

@@ -5,7 +5,13 @@
 //! ```sh
 //! plugins/build.sh   # builds kvstore.wasm
 //! cargo run --release -p wasmop-host --example plugin_bench [-- PATH/TO/kvstore.wasm [CALLS [CAPABILITY...]]]
+//! cargo run --release -p wasmop-host --example plugin_bench -- --compare A.wasm B.wasm... [CAPABILITY]
 //! ```
+//!
+//! `--compare` measures builds of kvstore against each other in one process: batches of calls
+//! to each in turn, so that whatever else the machine does slows them alike. It prints, per
+//! component, the minimum, first quartile and median of the batches' p50s; on a noisy VM two
+//! runs of the same component agree within 1-2% this way, where separate runs differ by 2x.
 
 use std::{
     path::PathBuf,
@@ -22,7 +28,10 @@ use wasmop_host::plugin::{
 const NOW_MS: i64 = 1_764_633_600_000;
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.next_if(|a| a == "--compare").is_some() {
+        return compare(args.collect());
+    }
     let path = args
         .next()
         .map(PathBuf::from)
@@ -142,6 +151,86 @@ fn main() -> anyhow::Result<()> {
             .call_finalize(&engine, &limits, tags(), &cx)
             .map(drop)
     })?;
+    Ok(())
+}
+
+/// Batches per component in `--compare`, and calls per batch.
+const ROUNDS: usize = 30;
+const BATCH: usize = 200;
+
+fn compare(args: Vec<String>) -> anyhow::Result<()> {
+    let (paths, rest): (Vec<String>, Vec<String>) =
+        args.into_iter().partition(|a| a.ends_with(".wasm"));
+    anyhow::ensure!(
+        !paths.is_empty(),
+        "--compare needs component paths (*.wasm)"
+    );
+    let capability = rest.first().map_or("plan", String::as_str);
+    anyhow::ensure!(
+        ["metadata", "plan", "health", "backup"].contains(&capability),
+        "--compare measures metadata, plan, health or backup, not {capability}"
+    );
+    let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let plugins = paths
+        .iter()
+        .map(|path| {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+            let digest = Digest::of(&bytes);
+            Ok(CompiledPlugin::prepare(
+                &engine, None, "kvstore", &bytes, digest,
+            )?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let app = app();
+    // Every build sees the objects the first one plans.
+    let observed = observed(&engine, &plugins[0], &app)?;
+    let cx = AppContext::new(&app, &observed, NOW_MS);
+    let limits = CallLimits::default();
+    let call = |plugin: &CompiledPlugin| -> anyhow::Result<()> {
+        let tags = CallTags {
+            plugin: "kvstore".into(),
+            app: "bench/kv".into(),
+        };
+        match capability {
+            "metadata" => plugin.call_metadata(&engine, &limits, tags).map(drop)?,
+            "plan" => plugin
+                .call_plan(&engine, &limits, tags, &cx, Some("7.2.4"), "7.2.4")
+                .map(drop)?,
+            "health" => plugin
+                .call_health(&engine, &limits, tags, &cx, "7.2.4")
+                .map(drop)?,
+            "backup" => plugin
+                .call_backup(&engine, &limits, tags, &cx, None)
+                .map(drop)?,
+            other => {
+                anyhow::bail!("--compare measures metadata, plan, health or backup, not {other}")
+            }
+        }
+        Ok(())
+    };
+    for plugin in &plugins {
+        for _ in 0..BATCH {
+            call(plugin)?;
+        }
+    }
+    let mut p50s = vec![Vec::with_capacity(ROUNDS); plugins.len()];
+    for _ in 0..ROUNDS {
+        for (plugin, p50s) in plugins.iter().zip(&mut p50s) {
+            let mut batch = time_n(BATCH, || call(plugin))?;
+            batch.sort();
+            p50s.push(batch[BATCH / 2]);
+        }
+    }
+    println!("{capability}: p50 of {BATCH} calls, {ROUNDS} batches per component, taken in turn");
+    for (path, p50s) in paths.iter().zip(&mut p50s) {
+        p50s.sort();
+        println!(
+            "{path:<50} min {:>9.2?}   q1 {:>9.2?}   median {:>9.2?}",
+            p50s[0],
+            p50s[ROUNDS / 4],
+            p50s[ROUNDS / 2]
+        );
+    }
     Ok(())
 }
 

@@ -77,8 +77,11 @@ impl Head {
 
     /// The head of an object as serde_json writes one, read without
     /// serde: stopping a serde_json parse early takes an error, and building
-    /// it counts the lines up to the stop (a fifth of reading the head,
-    /// measured). `None` for anything this does not expect (an escape in a
+    /// it counts the lines up to the stop (this made kvstore's plan and
+    /// health calls 3-4 µs faster, measured). Values before the head is
+    /// complete are stepped over, not checked: a malformed one fails when
+    /// the plugin reads the object, as a truncated `spec` always did.
+    /// `None` for anything this does not expect (an escape in a
     /// key or in a head value, text that is not JSON, a head that is not
     /// complete); [`Head::parse`] then reads the object and explains what
     /// is wrong with it.
