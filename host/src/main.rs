@@ -1,13 +1,34 @@
 //! The `wasmop` binary: parses the command line and hands over to the library.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
 use wasmop_host::cli::{Cli, Command};
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// How long the exit waits for work still on blocking threads once `run` has returned, which
+/// is after its in-flight reconciles finished. What can be left is a plugin being fetched or
+/// compiled for a reconcile that will not happen: waiting for it (seconds for a large component,
+/// several queued when the host watches many Apps) only delays the exit past the kubelet's grace
+/// period. Cache writes go through a temporary file and a rename, so abandoning one loses nothing.
+const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: starting the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(Cli::parse()));
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
+    code
+}
+
+async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => match wasmop_host::telemetry::init(args.log_format) {
             Ok(()) => wasmop_host::run::run(args).await,
