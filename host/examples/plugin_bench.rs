@@ -21,8 +21,8 @@ use std::{
 use anyhow::Context;
 use serde_json::{Value, json};
 use wasmop_host::plugin::{
-    CallError, Digest, cache::Cache, call::AppContext, compile::CompiledPlugin,
-    engine::PluginEngine, limits::CallLimits, sandbox::CallTags,
+    CallError, Digest, cache::Cache, compile::CompiledPlugin, engine::PluginEngine,
+    input::AppContext, limits::CallLimits, sandbox::CallTags,
 };
 
 const NOW_MS: i64 = 1_764_633_600_000;

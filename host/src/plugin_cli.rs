@@ -14,9 +14,9 @@ use crate::{
     cli::{PluginCommand, RunCapability},
     plugin::{
         Capability, Digest, bindings,
-        call::AppContext,
         compile::CompiledPlugin,
         engine::PluginEngine,
+        input::AppContext,
         limits::CallLimits,
         sandbox::CallTags,
         source::{SourceRef, oci::OciSource},

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use wasmop_host::plugin::{
     CallError, Capability, Digest, LoadError,
     cache::Cache,
-    call::AppContext,
     compile::CompiledPlugin,
     engine::PluginEngine,
+    input::AppContext,
     limits::CallLimits,
     metrics::PluginMetrics,
     registry::{Offer, PluginRegistry},

@@ -10,6 +10,7 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "wasmop:plugin/plugin",
+    ownership: Borrowing { duplicate_if_necessary: true },
 });
 
 /// The WIT package version this host speaks.

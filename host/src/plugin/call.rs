@@ -3,7 +3,6 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use serde_json::Value;
 use wasmtime::{Store, Trap, component::Instance};
 
 use super::{
@@ -11,47 +10,11 @@ use super::{
     bindings::exports::wasmop::plugin as guest,
     compile::{CompiledPlugin, PluginMetadata},
     engine::PluginEngine,
+    input::AppContext,
     limits::CallLimits,
     object::PluginObject,
     sandbox::{CallState, CallTags},
 };
-
-/// What every capability call is given about the App, serialized once: a reconcile makes up to
-/// five calls with the same App and observed objects, and turning them into JSON text was a
-/// tenth of each call (measured).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppContext {
-    app: String,
-    observed: Vec<String>,
-    now_ms: i64,
-}
-
-impl AppContext {
-    /// `app` is the App object (typed or JSON); `observed` the objects the host observes for it
-    /// (owned objects, backup Jobs, Pods...); `now_ms` the host's clock in milliseconds since the
-    /// Unix epoch. An App that cannot be serialized (never, for the typed App) is sent as `null`,
-    /// which the plugin refuses as invalid input.
-    pub fn new<'a>(
-        app: &impl serde::Serialize,
-        observed: impl IntoIterator<Item = &'a Value>,
-        now_ms: i64,
-    ) -> Self {
-        Self {
-            app: serde_json::to_string(app).unwrap_or_else(|_| "null".to_string()),
-            observed: observed.into_iter().map(Value::to_string).collect(),
-            now_ms,
-        }
-    }
-
-    /// The same App and clock with other observed objects (finalize sees only what is retained).
-    pub fn with_observed<'a>(&self, observed: impl IntoIterator<Item = &'a Value>) -> Self {
-        Self {
-            app: self.app.clone(),
-            observed: observed.into_iter().map(Value::to_string).collect(),
-            now_ms: self.now_ms,
-        }
-    }
-}
 
 /// The objects a plugin wants to exist.
 #[derive(Debug, Clone)]
@@ -294,10 +257,10 @@ impl CompiledPlugin {
     ) -> Result<Plan, CallError> {
         let capability = Capability::SpecDiff;
         let input = guest::spec_diff::PlanInput {
-            app: cx.app.clone(),
-            observed: cx.observed.clone(),
-            current_version: current_version.map(str::to_string),
-            target_version: target_version.to_string(),
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            current_version,
+            target_version,
             now: cx.now_ms,
         };
         let result = self.invoke(
@@ -306,10 +269,7 @@ impl CompiledPlugin {
             tags,
             capability,
             &self.exports.spec_diff,
-            |g, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_plan(&mut *store, &input)
-            },
+            |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
         )?;
         let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
         let objects = self.parse_objects(capability, limits, &desired.objects)?;
@@ -331,9 +291,9 @@ impl CompiledPlugin {
         use guest::health::{ConditionStatus, State};
         let capability = Capability::Health;
         let input = guest::health::CheckInput {
-            app: cx.app.clone(),
-            observed: cx.observed.clone(),
-            version: version.to_string(),
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            version,
             now: cx.now_ms,
         };
         let result = self.invoke(
@@ -344,7 +304,7 @@ impl CompiledPlugin {
             &self.exports.health,
             |g, store, instance| {
                 g.load(&mut *store, instance)?
-                    .call_check(&mut *store, &input)
+                    .call_check(&mut *store, input)
             },
         )?;
         let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
@@ -414,9 +374,9 @@ impl CompiledPlugin {
     ) -> Result<BackupDecision, CallError> {
         let capability = Capability::Backup;
         let input = guest::backup::ScheduleInput {
-            app: cx.app.clone(),
-            observed: cx.observed.clone(),
-            last_completed_slot: last_completed_slot.map(str::to_string),
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            last_completed_slot,
             now: cx.now_ms,
         };
         let result = self.invoke(
@@ -427,7 +387,7 @@ impl CompiledPlugin {
             &self.exports.backup,
             |g, store, instance| {
                 g.load(&mut *store, instance)?
-                    .call_schedule(&mut *store, &input)
+                    .call_schedule(&mut *store, input)
             },
         )?;
         let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
@@ -470,10 +430,10 @@ impl CompiledPlugin {
     ) -> Result<GateDecision, CallError> {
         let capability = Capability::Upgrade;
         let input = guest::upgrade::GateInput {
-            app: cx.app.clone(),
-            observed: cx.observed.clone(),
-            from_version: from_version.to_string(),
-            to_version: to_version.to_string(),
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            from_version,
+            to_version,
             now: cx.now_ms,
         };
         let result = self.invoke(
@@ -482,10 +442,7 @@ impl CompiledPlugin {
             tags,
             capability,
             &self.exports.upgrade,
-            |g, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_gate(&mut *store, &input)
-            },
+            |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
         )?;
         let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
         Ok(match decision {
@@ -511,8 +468,8 @@ impl CompiledPlugin {
     ) -> Result<CleanupDecision, CallError> {
         let capability = Capability::Finalize;
         let input = guest::finalize::CleanupInput {
-            app: cx.app.clone(),
-            retained: cx.observed.clone(),
+            app: &cx.app,
+            retained: &cx.observed_texts(),
             now: cx.now_ms,
         };
         let result = self.invoke(
@@ -523,7 +480,7 @@ impl CompiledPlugin {
             &self.exports.finalize,
             |g, store, instance| {
                 g.load(&mut *store, instance)?
-                    .call_cleanup(&mut *store, &input)
+                    .call_cleanup(&mut *store, input)
             },
         )?;
         let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;

@@ -5,7 +5,8 @@
 //!    (or load it from the on-disk [`cache`]) and validate it with a smoke call;
 //! 3. [`registry`]: swap it in atomically beside the version in service, keeping the last good
 //!    one when the new one fails;
-//! 4. [`call`]: run one capability in a fresh, limited [`sandbox`] per call;
+//! 4. [`call`]: run one capability in a fresh, limited [`sandbox`] per call, on the App and
+//!    objects written once per reconcile by [`input`];
 //! 5. [`watch`]: follow each source in use and offer every new version to the registry.
 
 use std::fmt;
@@ -17,6 +18,7 @@ pub mod compile;
 pub mod digest;
 pub mod engine;
 pub mod error;
+pub mod input;
 pub mod limits;
 pub mod metrics;
 pub mod object;

@@ -31,9 +31,10 @@ use crate::{
     app::{App, AppStatus, PluginStatus},
     plugin::{
         CallError,
-        call::{AppContext, GateDecision},
+        call::GateDecision,
         compile::CompiledPlugin,
         engine::PluginEngine,
+        input::AppContext,
         limits::CallLimits,
         registry::{LoadedPlugin, PluginRegistry},
         sandbox::CallTags,
