@@ -81,7 +81,9 @@ fn main() -> anyhow::Result<()> {
 
     println!("component: {} ({} KiB)", path.display(), bytes.len() / 1024);
     println!(
-        "input: App {app_size} bytes, {} observed objects ({observed_size} bytes)",
+        "input: App {app_size} bytes ({} as plugins get it), {} observed objects ({observed_size} \
+         bytes)",
+        cx.app_len(),
         observed.len()
     );
     println!(
@@ -240,8 +242,10 @@ fn min(samples: &[Duration]) -> Duration {
     samples.iter().copied().min().unwrap_or_default()
 }
 
-/// A kvstore App of about 10 KB: a realistic config plus the last-applied annotation kubectl
-/// leaves behind, which is what makes real objects large.
+/// A kvstore App of about 10 KB: a realistic config, the last-applied annotation `kubectl apply`
+/// leaves (a copy of what was applied), and a large annotation of the user's. The host drops the
+/// last-applied copy before a plugin sees the App; the user's annotation reaches the plugin, so
+/// the App the plugin parses is still about 10 KB.
 fn app() -> Value {
     let config = json!({
         "replicas": 3,
@@ -261,9 +265,15 @@ fn app() -> Value {
         "spec": {"plugin": {"image": "127.0.0.1:15000/plugins/kvstore:1.0"}, "version": "7.2.4", "config": config},
         "status": {"version": "7.2.4", "observedGeneration": 4},
     });
-    let padding = "x".repeat(10_000usize.saturating_sub(app.to_string().len()));
+    let applied = json!({
+        "apiVersion": app["apiVersion"], "kind": app["kind"],
+        "metadata": {"name": "kv", "namespace": "bench", "labels": app["metadata"]["labels"]},
+        "spec": app["spec"],
+    });
     app["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
-        Value::String(padding);
+        Value::String(applied.to_string());
+    let padding = "x".repeat(10_000usize.saturating_sub(app.to_string().len()));
+    app["metadata"]["annotations"]["example.com/notes"] = Value::String(padding);
     app
 }
 

@@ -17,7 +17,8 @@ pub const KIND: &str = "App";
 /// the plugin's own type `C`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct App<C> {
-    /// Standard object metadata. `name` and `namespace` are always set.
+    /// Standard object metadata. `name` and `namespace` are always set;
+    /// `managedFields` and kubectl's last-applied annotation are not sent.
     pub metadata: ObjectMeta,
     /// What the user asked for.
     pub spec: AppSpec<C>,
@@ -91,7 +92,7 @@ impl<C> App<C> {
 
 /// The App as the host sends it, read in one pass: `metadata` and `status`
 /// are typed on the way (the App's metadata carries the largest strings,
-/// such as kubectl's last-applied annotation, so it is scanned once), and
+/// such as users' annotations, so it is scanned once), and
 /// `spec` stays a slice of the text, typed next with field paths for errors.
 ///
 /// Everything is typed straight from text, the same deserializer observed

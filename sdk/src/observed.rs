@@ -17,8 +17,9 @@ use crate::error::{Error, Result, json_message};
 /// each for `apiVersion`, `kind` and `metadata.name`; an object is typed,
 /// straight from its text, only when the plugin asks for its kind. No
 /// `serde_json::Value` tree is ever built: building and freeing one per
-/// object was most of the cost of a call. The host leaves out
-/// `metadata.managedFields` (server-side apply's bookkeeping).
+/// object was most of the cost of a call. The host leaves out the API
+/// clients' bookkeeping: `metadata.managedFields` and the
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     objects: Vec<Entry>,

@@ -3,15 +3,20 @@
 //!
 //! Objects are written head first (`apiVersion`, `kind`, then `metadata` with `name` first) so a
 //! plugin finds its lookup key in the first few bytes instead of scanning past annotations,
-//! labels or a ConfigMap's data (a twentieth of a kvstore plan call, measured), and without
-//! `metadata.managedFields`: server-side apply's bookkeeping is often the largest part of an
-//! object, no plugin decision depends on it, and every call would copy it into the guest.
+//! labels or a ConfigMap's data (a twentieth of a kvstore plan call, measured), and without the
+//! bookkeeping of API clients: `metadata.managedFields` (server-side apply) and the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation (a copy of the whole object as
+//! `kubectl apply` last sent it). Those are often most of an object's bytes, no plugin decision
+//! should depend on them, and every call would copy them into the guest and parse them there.
 
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value};
 
 /// The head of an object, in the order it is written.
 const HEAD: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// Where `kubectl apply` keeps its copy of the object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// What every capability call is given about the App, serialized once: a reconcile makes up to
 /// five calls with the same App and observed objects, and turning them into JSON text was a
@@ -50,6 +55,11 @@ impl AppContext {
         }
     }
 
+    /// Bytes of the App as plugins get it.
+    pub fn app_len(&self) -> usize {
+        self.app.len()
+    }
+
     /// The observed objects as the generated bindings take them: borrowed, so a call copies
     /// them once, into the guest.
     pub(super) fn observed_texts(&self) -> Vec<&str> {
@@ -63,7 +73,7 @@ pub fn to_text(object: &Value) -> String {
     serde_json::to_string(&ForPlugin(object)).unwrap_or_else(|_| "null".to_string())
 }
 
-/// An object written head first, without `metadata.managedFields`. Anything that is not an
+/// An object written head first, without the clients' bookkeeping. Anything that is not an
 /// object is written as it is.
 struct ForPlugin<'a>(&'a Value);
 
@@ -89,7 +99,7 @@ impl Serialize for ForPlugin<'_> {
     }
 }
 
-/// `metadata` with `name` first and without `managedFields`.
+/// `metadata` with `name` first, without `managedFields` or kubectl's last-applied annotation.
 struct Metadata<'a>(&'a Map<String, Value>);
 
 impl Serialize for Metadata<'_> {
@@ -99,11 +109,24 @@ impl Serialize for Metadata<'_> {
             map.serialize_entry("name", name)?;
         }
         for (key, value) in self.0 {
-            if key != "name" && key != "managedFields" {
-                map.serialize_entry(key, value)?;
+            match (key.as_str(), value) {
+                ("name" | "managedFields", _) => {}
+                ("annotations", Value::Object(annotations)) => {
+                    map.serialize_entry(key, &Annotations(annotations))?
+                }
+                _ => map.serialize_entry(key, value)?,
             }
         }
         map.end()
+    }
+}
+
+/// `metadata.annotations` without kubectl's last-applied copy.
+struct Annotations<'a>(&'a Map<String, Value>);
+
+impl Serialize for Annotations<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().filter(|(key, _)| *key != LAST_APPLIED))
     }
 }
 
@@ -114,13 +137,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn objects_are_written_head_first_without_managed_fields() {
+    fn objects_are_written_head_first_without_client_bookkeeping() {
         let object = json!({
             "apiVersion": "v1",
             "data": {"a": "1"},
             "kind": "ConfigMap",
             "metadata": {
-                "annotations": {"x": "y"},
+                "annotations": {"x": "y", LAST_APPLIED: "{\"kind\":\"ConfigMap\"}"},
                 "managedFields": [{"manager": "kubectl"}],
                 "name": "c",
                 "namespace": "ns",
@@ -150,18 +173,21 @@ mod tests {
     }
 
     #[test]
-    fn the_app_loses_only_its_managed_fields() {
+    fn the_app_loses_only_the_clients_bookkeeping() {
         let app = json!({
             "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
-            "metadata": {"name": "kv", "managedFields": [{}], "labels": {"a": "b"}},
+            "metadata": {
+                "name": "kv", "managedFields": [{}], "labels": {"a": "b"},
+                "annotations": {LAST_APPLIED: "{}", "team": "storage"},
+            },
             "spec": {"version": "1.0.0"},
         });
         let cx = AppContext::new(&app, [], 0);
-        let mut expected = app.clone();
-        expected["metadata"]
-            .as_object_mut()
-            .expect("metadata")
-            .remove("managedFields");
+        let expected = json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
+            "metadata": {"name": "kv", "labels": {"a": "b"}, "annotations": {"team": "storage"}},
+            "spec": {"version": "1.0.0"},
+        });
         assert_eq!(
             serde_json::from_str::<Value>(&cx.app).expect("JSON"),
             expected
