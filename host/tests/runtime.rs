@@ -142,7 +142,7 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
         memory_bytes: 32 << 20,
         max_output_bytes: 1 << 20,
     };
-    let cases: [FaultCase; 6] = [
+    let cases: [FaultCase; 7] = [
         (
             "panic",
             |e| matches!(e, CallError::Trap { .. }),
@@ -150,6 +150,11 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
         ),
         (
             "loop",
+            |e| matches!(e, CallError::DeadlineExceeded { .. }),
+            "100ms deadline",
+        ),
+        (
+            "sleep",
             |e| matches!(e, CallError::DeadlineExceeded { .. }),
             "100ms deadline",
         ),
@@ -200,10 +205,21 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
         good_calls.load(Ordering::SeqCst) > 0,
         "the good plugin was never called"
     );
-    // The faulty plugin is still usable for well-behaved calls afterwards.
+    // The faulty plugin is still usable for well-behaved calls afterwards, and a wait that
+    // fits in the deadline is a wait like any other.
     assert_eq!(
         plan(&engine, &fault, &app(json!({"fault": "none"})), &limits).expect("recovers"),
         1
+    );
+    let start = Instant::now();
+    assert_eq!(
+        plan(&engine, &fault, &app(json!({"fault": "nap"})), &limits).expect("naps"),
+        1
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "the nap was cut short: {:?}",
+        start.elapsed()
     );
 }
 

@@ -135,7 +135,7 @@ impl CompiledPlugin {
         tags: CallTags,
         f: impl FnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let mut store = Store::new(engine.engine(), CallState::new(tags, limits.memory_bytes));
+        let mut store = Store::new(engine.engine(), CallState::new(tags, limits));
         store.limiter(|state| state.limiter());
         store.set_epoch_deadline(limits.deadline_ticks());
         let result = self

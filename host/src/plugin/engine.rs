@@ -1,5 +1,6 @@
 //! The one wasmtime Engine of the host: component model, Cranelift, pooling allocator, epoch
-//! interruption for deadlines, and the Linker with WASI (deny-by-default) and the `log` import.
+//! interruption for deadlines, and the Linker with WASI (deny-by-default, its monotonic clock
+//! bounded by the call's deadline) and the `log` import.
 
 use std::{
     hash::{DefaultHasher, Hash, Hasher},
@@ -14,6 +15,7 @@ use wasmtime::{
 
 use super::{
     bindings::wasmop::plugin::log,
+    clock,
     limits::{EPOCH_TICK, MAX_MEMORY_BYTES},
     sandbox::CallState,
 };
@@ -62,6 +64,7 @@ impl PluginEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        clock::add_to_linker(&mut linker, CallState::clock)?;
         log::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
 
         let mut hasher = DefaultHasher::new();

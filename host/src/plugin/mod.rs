@@ -14,6 +14,7 @@ use std::fmt;
 pub mod bindings;
 pub mod cache;
 pub mod call;
+pub mod clock;
 pub mod compile;
 pub mod digest;
 pub mod engine;

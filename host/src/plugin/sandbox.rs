@@ -1,11 +1,16 @@
 //! The per-call sandbox: what one Store holds. WASI is deny-by-default (no preopens, env, args
 //! or sockets); stdout, stderr and the `log` import go to host tracing, tagged with the plugin
-//! and the App; linear memory is capped.
+//! and the App; linear memory is capped; the monotonic clock is the call's own [`CallClock`],
+//! whose waits cannot outlast the deadline.
 
 use wasmtime::{ResourceLimiter, component::ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
-use super::{bindings::wasmop::plugin::log, limits::MAX_STDIO_BYTES};
+use super::{
+    bindings::wasmop::plugin::log,
+    clock::{CallClock, CallClockView},
+    limits::{CallLimits, MAX_STDIO_BYTES},
+};
 
 /// Who is calling, for the tags on every line the plugin logs.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +25,7 @@ pub struct CallTags {
 pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
+    clock: CallClock,
     memory: MemoryCap,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
@@ -27,8 +33,8 @@ pub struct CallState {
 }
 
 impl CallState {
-    /// A fresh sandbox with the memory cap `memory_bytes`.
-    pub fn new(tags: CallTags, memory_bytes: u64) -> Self {
+    /// A fresh sandbox for a call with `limits`, whose clock starts now.
+    pub fn new(tags: CallTags, limits: &CallLimits) -> Self {
         let stdout = MemoryOutputPipe::new(MAX_STDIO_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_STDIO_BYTES);
         let wasi = WasiCtx::builder()
@@ -41,8 +47,9 @@ impl CallState {
         Self {
             wasi,
             table: ResourceTable::new(),
+            clock: CallClock::start(limits.deadline),
             memory: MemoryCap {
-                cap: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
+                cap: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
                 exceeded: false,
             },
             stdout,
@@ -54,6 +61,14 @@ impl CallState {
     /// The limiter to install with `Store::limiter`.
     pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
         &mut self.memory
+    }
+
+    /// What the guest's `wasi:clocks/monotonic-clock` works on.
+    pub fn clock(&mut self) -> CallClockView<'_> {
+        CallClockView {
+            clock: &self.clock,
+            table: &mut self.table,
+        }
     }
 
     /// Whether the guest tried to grow past its memory cap during the call.
@@ -198,7 +213,7 @@ mod tests {
                 plugin: "kvstore@abc".into(),
                 app: "shop/cache".into(),
             };
-            let mut state = CallState::new(tags, 1 << 20);
+            let mut state = CallState::new(tags, &CallLimits::default());
             log::Host::emit(
                 &mut state,
                 level,

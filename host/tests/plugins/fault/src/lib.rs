@@ -59,6 +59,16 @@ impl spec_diff::Guest for Fault {
             "loop" => loop {
                 std::hint::spin_loop();
             },
+            // Waits through WASI clock subscriptions, which block the host thread in poll
+            // rather than run guest code the epoch deadline can interrupt.
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                vec![object("slept".into())]
+            }
+            "nap" => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                vec![object("napped".into())]
+            }
             "memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
