@@ -33,9 +33,12 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/wasmop/cargo-target}"
+source deploy/local/env.sh
 TARGET=wasm32-wasip2
-WASM_TOOLS="$(plugins/tools.sh)"
+# The wasm32-wasip2 target and the pinned wasm-tools; a no-op in about a second when present.
+deploy/local/setup.sh rust wasm-tools
+# shellcheck source=/dev/null
+source "${WASMOP_LOCAL_STATE:-$ROOT/target/local}/tools.env"
 FORBIDDEN_IMPORTS='^wasi:(filesystem|sockets|clocks|random|http)/'
 
 if [[ $# -gt 0 ]]; then

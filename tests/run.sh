@@ -14,10 +14,11 @@ source deploy/local/env.sh
 step() { printf '\n==> %s\n' "$*"; }
 only="${1:-all}"
 
+step "setup: what the README's commands need (deploy/local/setup.sh)"
+deploy/local/setup.sh
+rustup show active-toolchain
+
 if [[ "$only" == all ]]; then
-  step "toolchain"
-  rustup show active-toolchain
-  rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
   step "cargo fmt --check"
   cargo fmt --all -- --check
@@ -45,11 +46,30 @@ if [[ "$only" == all ]]; then
   rm -rf "$(dirname "$scaffold")"
 fi
 
-step "local cluster and registry"
 # Leave a cluster that was already running as it was; stop one this run started.
 if ! deploy/local/cluster.sh status >/dev/null 2>&1; then
   trap 'deploy/local/cluster.sh down' EXIT
 fi
+
+if [[ "$only" == all ]]; then
+  step "the README's first command: deploy/local/demo.sh, to the live swap"
+  demo_log="$(mktemp)"
+  if ! deploy/local/demo.sh 2>&1 | tee "$demo_log"; then
+    echo "FAIL: deploy/local/demo.sh exited non-zero (output above)" >&2
+    exit 1
+  fi
+  swap_line="$(grep -E '^swap: [0-9]+ ms after the push' "$demo_log")" ||
+    { echo "FAIL: deploy/local/demo.sh printed no swap line" >&2; exit 1; }
+  grep -q '^same host process: pid ' "$demo_log" ||
+    { echo "FAIL: deploy/local/demo.sh did not swap within the same host process" >&2; exit 1; }
+  echo "demo ok: $swap_line"
+  rm -f "$demo_log"
+  # `demo.sh stop` is what a user runs after the demo: it stops the host and the cluster. The
+  # end-to-end tests below start the cluster again (seconds, with its data kept).
+  deploy/local/demo.sh stop
+fi
+
+step "local cluster and registry"
 deploy/local/cluster.sh up
 
 step "end-to-end tests"

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # A real local control plane and OCI registry on loopback, for development, the demo and the tests.
 #
-#   deploy/local/cluster.sh up       install what is missing, build the pinned binaries, start everything
+#   deploy/local/cluster.sh up       install what is missing (deploy/local/setup.sh), start everything
 #   deploy/local/cluster.sh down     stop the processes this script started (by pid), keep their data
 #   deploy/local/cluster.sh status   show what runs and whether the API server is ready
 #   deploy/local/cluster.sh reset    down, then delete the cluster's data
+#   deploy/local/cluster.sh kill|stop|start|restart NAME
+#                                    one component (etcd, kube-apiserver, registry, ...): SIGKILL,
+#                                    SIGTERM, start again, or SIGKILL then start; for fault tests
 #
 # The control plane is etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from
 # the Go module proxy at the versions pinned in deploy/local/tools/*/go.mod, plus kwok, which plays
@@ -18,9 +21,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-TOOLS="$ROOT/deploy/local/tools"
 STATE="${WASMOP_LOCAL_STATE:-$ROOT/target/local}"
-CACHE="${WASMOP_CACHE:-$HOME/.cache/wasmop}"
 
 ETCD_PORT="${WASMOP_ETCD_PORT:-12379}"
 ETCD_PEER_PORT="${WASMOP_ETCD_PEER_PORT:-12380}"
@@ -28,69 +29,19 @@ APISERVER_PORT="${WASMOP_APISERVER_PORT:-16443}"
 REGISTRY_PORT="${WASMOP_REGISTRY_PORT:-15000}"
 NODES="${WASMOP_NODES:-3}"
 
-K8S_VERSION="v1.36.3"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok registry)
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
 
-export GOCACHE="${GOCACHE:-$CACHE/go-build}"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 # ---------------------------------------------------------------------------------------------
-# install and build
+# binaries: deploy/local/setup.sh installs and builds them, and says where in tools.env
 
-ensure_packages() {
-  local missing=()
-  command -v docker-registry >/dev/null || [[ -x /usr/bin/docker-registry ]] || missing+=(docker-registry)
-  command -v openssl >/dev/null || missing+=(openssl)
-  command -v curl >/dev/null || missing+=(curl)
-  if ((${#missing[@]})); then
-    log "installing Debian packages: ${missing[*]}"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
-  # Debian's golang-go is too old for these modules; the machine's own Go must do.
-  command -v go >/dev/null || die "go is not installed; Go >= 1.26 is needed to build the control plane"
-}
-
-# The directory holding one tool module's binaries, named by a hash of everything that decides
-# them, so a change of pin or flags builds afresh and an unchanged one is reused.
-bin_dir() {
-  local module="$1" stamp
-  stamp="$( (cat "$TOOLS/$module/go.mod" "$TOOLS/$module/go.sum"; go version; echo "$2") | sha256sum | cut -c1-16)"
-  echo "$CACHE/bin/$module-$stamp"
-}
-
-# build_module MODULE LDFLAGS OUTPUT=PACKAGE... builds each PACKAGE of the wrapper module MODULE
-# into a binary named OUTPUT, once per pin.
-build_module() {
-  local module="$1" ldflags="$2"; shift 2
-  local dir; dir="$(bin_dir "$module" "$ldflags $*")"
-  local spec missing=0
-  for spec in "$@"; do [[ -x "$dir/${spec%%=*}" ]] || missing=1; done
-  if ((missing)); then
-    log "building $module into $dir (a cold build takes minutes)"
-    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-    for spec in "$@"; do
-      (cd "$TOOLS/$module" && go build -trimpath -ldflags "$ldflags" -o "$dir.tmp/${spec%%=*}" "${spec#*=}") ||
-        die "building ${spec#*=} from $TOOLS/$module failed"
-    done
-    rm -rf "$dir" && mv "$dir.tmp" "$dir"
-  fi
-  echo "$dir"
-}
-
-build_binaries() {
-  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local v="k8s.io/component-base/version"
-  local k8s_ld="-s -w -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
-  k8s_ld+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-  local k=k8s.io/kubernetes/cmd
-  K8S_BIN="$(build_module kubernetes "$k8s_ld" kube-apiserver=$k/kube-apiserver \
-    kube-controller-manager=$k/kube-controller-manager kube-scheduler=$k/kube-scheduler kubectl=$k/kubectl)"
-  ETCD_BIN="$(build_module etcd "-s -w" etcd=go.etcd.io/etcd/server/v3)"
-  KWOK_BIN="$(build_module kwok "-s -w" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl)"
+load_binaries() {
+  "$ROOT/deploy/local/setup.sh" packages control-plane
+  # shellcheck source=/dev/null
+  source "$STATE/tools.env"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -167,9 +118,26 @@ running() {
   [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$exe" ]]
 }
 
+# The loopback port each component listens on (none for those that bind port 0).
+port_of() {
+  case "$1" in
+  etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+  kube-apiserver) echo "$APISERVER_PORT" ;;
+  registry) echo "$REGISTRY_PORT" ;;
+  esac
+}
+
 start() {
   local name="$1" exe="$2"; shift 2
   if running "$name"; then return; fi
+  local port
+  for port in $(port_of "$name"); do
+    # Something answering there is not ours (ours would be `running`): say so rather than start
+    # a second server that dies on bind and leaves a confusing log.
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      die "$name cannot start: 127.0.0.1:$port is already taken by another process (find it with 'ss -ltnp sport = :$port'; stop it, or set WASMOP_*_PORT as the README says)"
+    fi
+  done
   mkdir -p "$STATE/pids" "$STATE/logs"
   log "starting $name"
   setsid "$exe" "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
@@ -276,8 +244,7 @@ EOF
 
 cmd_up() {
   local t0=$SECONDS
-  ensure_packages
-  build_binaries
+  load_binaries
   mkdir -p "$STATE"
   gen_pki
   write_kubeconfig
@@ -290,20 +257,45 @@ cmd_up() {
   log "source $STATE/env to use them"
 }
 
+# stop_one NAME SIGNAL: signals the process `start` recorded for NAME and waits for it to go.
+stop_one() {
+  local name="$1" signal="$2"
+  if running "$name"; then
+    local pid; read -r pid _ <"$(pidfile "$name")"
+    log "stopping $name (pid $pid, SIG$signal)"
+    kill "-$signal" "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 15))
+    while running "$name" && ((SECONDS < deadline)); do sleep 0.1; done
+    running "$name" && kill -9 "$pid" 2>/dev/null || true
+    while running "$name"; do sleep 0.1; done
+  fi
+  rm -f "$(pidfile "$name")"
+}
+
 cmd_down() {
-  local name i
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    name="${COMPONENTS[i]}"
-    if running "$name"; then
-      local pid; read -r pid _ <"$(pidfile "$name")"
-      log "stopping $name (pid $pid)"
-      kill "$pid" 2>/dev/null || true
-      local deadline=$((SECONDS + 15))
-      while running "$name" && ((SECONDS < deadline)); do sleep 0.1; done
-      running "$name" && kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$(pidfile "$name")"
-  done
+  local i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_one "${COMPONENTS[i]}" TERM; done
+}
+
+# One component at a time, for fault tests: `kill` is SIGKILL (a crash), `stop` is SIGTERM (a
+# graceful stop), `start` starts it again with its usual flags and waits until it serves.
+component() {
+  local what="$1" name="${2:-}"
+  [[ " ${COMPONENTS[*]} " == *" $name "* ]] || die "usage: $0 $what ${COMPONENTS[*]// /|}"
+  case "$what" in
+  kill) stop_one "$name" KILL ;;
+  stop) stop_one "$name" TERM ;;
+  start)
+    load_binaries
+    [[ -f "$STATE/pki/admin.crt" ]] || die "no cluster in $STATE: run '$0 up' first"
+    case "$name" in
+    etcd) start_etcd ;;
+    kube-apiserver) start_apiserver ;;
+    registry) start_registry ;;
+    *) start_controllers ;; # idempotent: only the stopped ones start
+    esac ;;
+  restart) component kill "$name"; component start "$name" ;;
+  esac
 }
 
 cmd_status() {
@@ -329,5 +321,6 @@ up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
 reset) cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
-*) echo "usage: $0 up|down|status|reset" >&2; exit 2 ;;
+kill | stop | start | restart) component "$@" ;;
+*) echo "usage: $0 up|down|status|reset|kill NAME|stop NAME|start NAME|restart NAME" >&2; exit 2 ;;
 esac

@@ -37,14 +37,16 @@ if [[ "${1:-}" == stop ]]; then
 fi
 
 t0=$(now_ms)
+say "installing what is missing (deploy/local/setup.sh; a cold first run builds for about 35 min on 2 cores)"
+deploy/local/setup.sh
 say "cluster and registry"
 deploy/local/cluster.sh up
 source "$STATE/env"
 REF="$WASMOP_REGISTRY/plugins/kvstore:1.0"
 WASM="$CARGO_TARGET_DIR/wasm32-wasip2/release"
 
-say "building the host and kvstore"
-cargo build --locked -q -p wasmop-host
+say "building the host and kvstore (cargo prints its progress; seconds when warm)"
+cargo build --locked -p wasmop-host
 WASMOP="$CARGO_TARGET_DIR/debug/wasmop"
 KVSTORE_BUILD=v1 plugins/build.sh kvstore | grep -E '^(size|sha256|exports|ok)'
 "$WASMOP" plugin inspect "$WASM/kvstore.wasm"
