@@ -10,6 +10,7 @@ pub mod backup;
 pub mod fetch;
 pub mod guard;
 pub mod health;
+pub mod pod_security;
 pub mod status;
 pub mod upgrade;
 
