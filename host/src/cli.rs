@@ -176,6 +176,16 @@ pub struct RunArgs {
     /// separately and the host lacks the permission).
     #[arg(long)]
     pub skip_crd_install: bool,
+
+    /// How long a watch or the API server's own `/readyz` may fail before `/readyz` reports
+    /// not-ready (so a host that has lost its watches is seen, not trusted).
+    #[arg(long, env = "WASMOP_UNREADY_AFTER", default_value = "10s", value_parser = parse_duration)]
+    pub unready_after: Duration,
+
+    /// How long a watch may fail, or one reconcile run, before `/healthz` fails and the kubelet
+    /// restarts the host.
+    #[arg(long, env = "WASMOP_UNHEALTHY_AFTER", default_value = "5m", value_parser = parse_duration)]
+    pub unhealthy_after: Duration,
 }
 
 /// How log lines are written.

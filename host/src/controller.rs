@@ -25,10 +25,12 @@ use serde::de::DeserializeOwned;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::{
+    api_health::ApiHealth,
     app::App,
     plugin::source::SourceRef,
     reconcile::{self, Context, fetch::Stores},
     run::PluginRuntime,
+    watch_backoff::{NoDelay, WatchBackoff},
 };
 
 /// How the controller runs.
@@ -37,6 +39,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once.
     pub concurrency: u16,
+    /// Where reconciles in flight are reported.
+    pub health: ApiHealth,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -68,7 +72,7 @@ where
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(selector);
     let stream = reflector::reflector(writer, watcher(api::<K>(client, namespace), config))
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .touched_objects()
         .boxed();
     (reader, stream)
@@ -107,9 +111,18 @@ pub async fn run(
         pvcs,
     };
 
-    let controller = Controller::new(api::<App>(&client, ns), watcher::Config::default())
+    // The App watch gets its own backoff, like every other watch, and the controller's shared
+    // trigger backoff never waits: see `watch_backoff` for the deafness the shared one caused.
+    let (apps, apps_writer) = reflector::store();
+    let app_stream = reflector::reflector(
+        apps_writer,
+        watcher(api::<App>(&client, ns), watcher::Config::default()),
+    )
+    .backoff(WatchBackoff::default())
+    .applied_objects();
+    let controller = Controller::for_stream(app_stream, apps.clone())
+        .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
-    let apps = controller.store();
     let swaps = plugin_changes(runtime, apps.clone());
 
     let sync: BoxFuture<'static, ()> = {
@@ -149,6 +162,7 @@ pub async fn run(
         sources: runtime.watcher.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         failures: Default::default(),
+        health: settings.health.clone(),
     });
     controller
         .owns_stream(sts_stream)

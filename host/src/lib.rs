@@ -4,6 +4,7 @@
 //! status, finalizers, leader election, metrics, probes) around sandboxed Wasm plugins that hold
 //! the domain logic. The binary `wasmop` is a thin command line over this library.
 
+pub mod api_health;
 pub mod app;
 pub mod cli;
 pub mod controller;
@@ -15,6 +16,7 @@ pub mod probes;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;
+pub mod watch_backoff;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of
 // the guest; with glibc's malloc that was about 7% of a plan call. mimalloc makes plan and

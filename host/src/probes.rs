@@ -1,6 +1,8 @@
-//! The host's HTTP endpoints: `/healthz` (the process serves), `/readyz` (start-up finished and
-//! caches are synced), `/metrics` (Prometheus text format) and `/debug/plugins` (what is loaded
-//! behind each plugin source, and why the last attempt to change it failed).
+//! The host's HTTP endpoints: `/healthz` (the host can still recover by itself: see
+//! [`ApiHealth::liveness`]), `/readyz` (start-up finished, caches are synced and the watches
+//! and the API server answer: see [`ApiHealth::readiness`]), `/metrics` (Prometheus text
+//! format) and `/debug/plugins` (what is loaded behind each plugin source, and why the last
+//! attempt to change it failed). A failing probe's body says what fails.
 
 use std::{
     net::SocketAddr,
@@ -8,6 +10,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    time::Instant,
 };
 
 use axum::{
@@ -20,7 +23,7 @@ use axum::{
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::net::TcpListener;
 
-use crate::plugin::registry::PluginRegistry;
+use crate::{api_health::ApiHealth, plugin::registry::PluginRegistry};
 
 /// Shared state behind the probe endpoints.
 #[derive(Clone)]
@@ -28,15 +31,17 @@ pub struct Probes {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
     plugins: Arc<PluginRegistry>,
+    health: ApiHealth,
 }
 
 impl Probes {
     /// Probes that report not-ready until [`Probes::set_ready`] is called.
-    pub fn new(registry: Registry, plugins: Arc<PluginRegistry>) -> Self {
+    pub fn new(registry: Registry, plugins: Arc<PluginRegistry>, health: ApiHealth) -> Self {
         Self {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
             plugins,
+            health,
         }
     }
 
@@ -54,7 +59,7 @@ impl Probes {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let router = Router::new()
-            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
             .route("/debug/plugins", get(debug_plugins))
@@ -63,11 +68,29 @@ impl Probes {
     }
 }
 
+async fn healthz(State(probes): State<Probes>) -> impl IntoResponse {
+    match probes.health.liveness(Instant::now()) {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(problems) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy:\n{problems}\n"),
+        ),
+    }
+}
+
 async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
-    if probes.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !probes.ready.load(Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: starting, stopping or waiting for the caches to sync\n".to_string(),
+        );
+    }
+    match probes.health.readiness(Instant::now()) {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(problems) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready:\n{problems}\n"),
+        ),
     }
 }
 

@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 use tracing::info;
 
 use crate::{
+    api_health::{ApiHealth, ApiHealthLayer},
     cli::RunArgs,
     controller, crd_install,
     leader::LeaderElector,
@@ -61,9 +62,14 @@ fn default_cache_dir() -> PathBuf {
 
 /// Runs the host until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let health = ApiHealth::new(args.unready_after, args.unhealthy_after);
+    let config = kube::Config::infer()
         .await
-        .context("building a Kubernetes client from the kubeconfig or in-cluster environment")?;
+        .context("reading the kubeconfig or in-cluster environment")?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("building a Kubernetes client")?
+        .with_layer(&ApiHealthLayer(health.clone()))
+        .build();
     let version = client
         .apiserver_version()
         .await
@@ -79,7 +85,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("wasmop");
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
-    let probes = Probes::new(registry, runtime.registry.clone());
+    let probes = Probes::new(registry, runtime.registry.clone(), health.clone());
+    let api_probe = tokio::spawn(health.clone().probe_forever(client.clone()));
     let (addr, server) = probes
         .clone()
         .bind(args.listen)
@@ -153,6 +160,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let settings = controller::Settings {
             namespace,
             concurrency: args.concurrency,
+            health: health.clone(),
         };
         controller::run(
             client.clone(),
@@ -164,8 +172,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     futures::future::join_all(controllers).await;
     probes.set_ready(false);
+    api_probe.abort();
     signals.abort();
     server.abort();
+    if !*stop_rx.borrow() {
+        // The controllers only return on their own if their watch streams ended: nothing is
+        // watched any more, so exit with an error for the kubelet to restart the host.
+        anyhow::bail!("the App controller stopped without being asked to");
+    }
     info!("stopped");
     Ok(())
 }

@@ -27,6 +27,8 @@ pub struct Host {
     child: tokio::process::Child,
     /// The cache directory this Host made (removed on drop); none when the caller gave one.
     cache: Option<std::path::PathBuf>,
+    /// Port of the probe server on 127.0.0.1.
+    port: u16,
 }
 
 impl Host {
@@ -82,11 +84,16 @@ impl Host {
             .spawn()?;
         let url = format!("http://127.0.0.1:{port}/readyz");
         wait_http_ok("the host to be ready", &url, Duration::from_secs(60)).await?;
-        Ok(Self { child, cache })
+        Ok(Self { child, cache, port })
     }
 }
 
 impl Host {
+    /// `http://127.0.0.1:<port><path>` of the host's probe server.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
     /// The host's process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

@@ -11,6 +11,7 @@ mod apps;
 mod cli;
 mod cluster;
 mod deploy;
+mod faults;
 mod host;
 mod journey;
 mod plugin_sources;

@@ -244,7 +244,9 @@ async fn drive_config_map(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = watcher(api, config)
+        .backoff(crate::watch_backoff::WatchBackoff::default())
+        .boxed();
     let mut seen_any = false;
     while let Some(event) = stream.next().await {
         match event {

@@ -29,6 +29,7 @@ use kube::{
 use serde_json::Value;
 
 use crate::{
+    api_health::ApiHealth,
     app::{App, AppStatus, PluginStatus},
     plugin::{
         CallError,
@@ -68,6 +69,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Consecutive failures per App, for exponential backoff.
     pub failures: Backoff,
+    /// The link to the API server and the reconciles in flight, for the probes.
+    pub health: ApiHealth,
 }
 
 /// Exponential backoff per App: 5 s after the first failure, doubling to at most 5 minutes, and
@@ -145,6 +148,7 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
     let namespace = app.namespace().unwrap_or_default();
     let api: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
     let key = app_key(&app);
+    let _running = ctx.health.reconcile_started(key.clone());
     finalizer(&api, FINALIZER, app, |event| async {
         match event {
             finalizer::Event::Apply(app) => apply_app(&app, &ctx, &api).await,
