@@ -286,6 +286,13 @@ fn run_sync(
         .and_then(Value::as_str)
         .unwrap_or("default")
         .to_string();
+    let app_name = app
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .context("the App has no metadata.name")?
+        .to_string();
+    // `plugin run` holds plans to the host's built-in default policy.
+    let policy = guard::Policy::default();
     let desired = app
         .pointer("/spec/version")
         .and_then(Value::as_str)
@@ -345,7 +352,7 @@ fn run_sync(
             rolled_out.as_deref(),
             &desired,
         )?;
-        let guarded = guard::check(&namespace, plan.objects)?;
+        let guarded = guard::check(&policy, &app_name, &namespace, plan.objects)?;
         let objects: Vec<Value> = guarded.into_iter().map(|g| g.object.to_value()).collect();
         out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
     }
@@ -368,6 +375,15 @@ fn run_sync(
     if wanted(Capability::Backup, RunCapability::Backup) {
         let last = last_completed_slot(&observed);
         let decision = compiled.call_backup(&engine, &limits, tags(), &cx, last.as_deref())?;
+        if let Some((slot, job)) = &decision.run {
+            let accounts: std::collections::BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.get("kind").and_then(Value::as_str) == Some("ServiceAccount"))
+                .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect();
+            guard::check_job(&policy, &app_name, slot, job, &accounts)?;
+        }
         out.insert(
             "backup".into(),
             json!({

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, process::Stdio, time::Duration};
 use k8s_openapi::{
     ByteString,
     api::{
-        apps::v1::StatefulSet,
+        apps::v1::{Deployment, StatefulSet},
         batch::v1::Job,
         core::v1::{ConfigMap, PersistentVolumeClaim},
     },
@@ -507,6 +507,147 @@ async fn a_forbidden_plan_is_rejected_whole_and_other_apps_carry_on() -> anyhow:
     assert!(
         still.metadata.owner_references.is_none(),
         "the user's ConfigMap was taken over"
+    );
+    assert_eq!(
+        still.data.and_then(|d| d.get("owner").cloned()).as_deref(),
+        Some("a user")
+    );
+    ns.delete().await
+}
+
+/// The trust boundary on the real cluster (issue 21): an App whose plugin turns hostile keeps
+/// the objects it had, nothing of the hostile plan is applied, the rule is named, and an App
+/// beside it stays Ready; a label a user wrote on their own object does not let a plan take it.
+#[tokio::test]
+async fn a_hostile_plan_changes_nothing_and_a_forged_label_takes_nothing() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-hostile").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let plugin = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("fault-plugin".into()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "plugin.wasm".into(),
+            ByteString(component("fault_plugin.wasm")?),
+        )])),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &plugin).await?;
+    let image = push_kvstore(&local).await?;
+    // A user's ConfigMap carrying the label the host used to trust for ownership.
+    let forged = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("forged-config".into()),
+            labels: Some(BTreeMap::from([("wasmop.dev/app".into(), "forged".into())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("owner".into(), "a user".into())])),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &forged).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
+    apps.create(
+        &PostParams::default(),
+        &app("turncoat", from_cm, "1.0.0", json!({"fault": "count"}))?,
+    )
+    .await?;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "good",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "forged",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    let before = wait_for(
+        "the turncoat App's ConfigMap",
+        Duration::from_secs(60),
+        || async { Ok(cms.get_opt("fault").await?) },
+    )
+    .await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), &ns.name);
+    for (generation, (mode, rule)) in [
+        (
+            "privileged",
+            "spec.template.spec.containers[0].securityContext.privileged",
+        ),
+        (
+            "host-service-account",
+            "spec.template.spec.serviceAccountName",
+        ),
+        ("external-ips", "Service/evil: spec.externalIPs"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        patch_spec(&apps, "turncoat", json!({"config": {"fault": mode}})).await?;
+        let generation = generation as i64 + 2;
+        let rejected = wait_app(&apps, "turncoat", mode, Duration::from_secs(30), |a| {
+            condition(a, "Degraded").is_some_and(|c| c.0 == "True" && c.2.contains(rule))
+                && a.metadata.generation == Some(generation)
+        })
+        .await?;
+        let degraded = condition(&rejected, "Degraded").unwrap_or_default();
+        assert_eq!(degraded.1, "PlanRejected", "{mode}: {degraded:?}");
+        assert!(
+            deployments.get_opt("evil").await?.is_none(),
+            "{mode}: applied"
+        );
+        assert!(services.get_opt("evil").await?.is_none(), "{mode}: applied");
+        let now = cms.get("fault").await?;
+        assert_eq!(
+            (now.data.clone(), now.metadata.resource_version.clone()),
+            (
+                before.data.clone(),
+                before.metadata.resource_version.clone()
+            ),
+            "{mode}: the App's previous ConfigMap changed"
+        );
+    }
+    wait_app(
+        &apps,
+        "good",
+        "Ready beside the hostile App",
+        Duration::from_secs(60),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+
+    let forged_app = wait_app(&apps, "forged", "Degraded", Duration::from_secs(60), |a| {
+        condition(a, "Degraded").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    let degraded = condition(&forged_app, "Degraded").unwrap_or_default();
+    assert!(
+        degraded
+            .2
+            .contains("ConfigMap/forged-config already exists"),
+        "{degraded:?}"
+    );
+    let still = cms.get("forged-config").await?;
+    assert!(
+        still.metadata.owner_references.is_none(),
+        "taken over by label"
     );
     assert_eq!(
         still.data.and_then(|d| d.get("owner").cloned()).as_deref(),

@@ -98,7 +98,50 @@ fn run_prints_results_and_fails_on_faults_and_guard_violations() -> anyhow::Resu
         "{kinds:?}"
     );
 
+    // The trust boundary (issue 21): each row is refused whole, naming object, field and rule.
+    let d = "plan rejected: Deployment/evil: spec.template";
     for (config, expected) in [
+        (
+            "{fault: privileged}",
+            &format!(
+                "{d}.spec.containers[0].securityContext.privileged: privileged is not allowed under restricted"
+            )[..],
+        ),
+        (
+            "{fault: host-path}",
+            &format!("{d}.spec.volumes[0].hostPath: ")[..],
+        ),
+        (
+            "{fault: host-network}",
+            &format!("{d}.spec.hostNetwork: ")[..],
+        ),
+        ("{fault: host-pid}", &format!("{d}.spec.hostPID: ")[..]),
+        (
+            "{fault: host-service-account}",
+            &format!(
+                "{d}.spec.serviceAccountName: ServiceAccount \"wasmop\" is not created by this plan"
+            )[..],
+        ),
+        (
+            "{fault: secret-volume}",
+            &format!("{d}.spec.volumes[0].secret: ")[..],
+        ),
+        (
+            "{fault: other-app}",
+            &format!("{d}.metadata.labels[\"wasmop.dev/app\"]: ")[..],
+        ),
+        (
+            "{fault: root-job}",
+            "plan rejected: Job/evil: spec.template.spec.containers[0].securityContext.privileged: ",
+        ),
+        (
+            "{fault: finalizers}",
+            "plan rejected: ConfigMap/evil: metadata.finalizers: ",
+        ),
+        (
+            "{fault: external-ips}",
+            "plan rejected: Service/evil: spec.externalIPs: ",
+        ),
         ("{fault: forbidden}", "plan rejected: ConfigMap/escape"),
         ("{fault: loop}", "exceeded its 100ms deadline"),
         ("{fault: panic}", "panics on purpose"),

@@ -111,6 +111,16 @@ impl PluginObject {
         }
     }
 
+    /// Top-level field `name` (not `apiVersion`, `kind` or `metadata`) parsed into a tree, for
+    /// the guard; `Ok(None)` when absent, `Ok(Some(Value::Null))` when the plugin wrote `null`.
+    pub fn field(&self, name: &str) -> Result<Option<Value>, serde_json::Error> {
+        self.fields
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, raw)| serde_json::from_str(raw.get()))
+            .transpose()
+    }
+
     /// Bytes of the object as the plugin wrote it.
     pub fn text_len(&self) -> usize {
         self.text_len

@@ -80,10 +80,15 @@ pub async fn apply(
     observed: &[ObservedObject],
 ) -> Result<(), ApplyError> {
     let namespace = app.namespace().unwrap_or_default();
+    // Ours means controlled by this App (owner reference with its uid): a label anyone in the
+    // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
+    // outlive the App), so for them the label is all there is.
     let ours: BTreeSet<(&str, &str)> = observed
         .iter()
+        .filter(|o| o.owned || o.kind == "PersistentVolumeClaim")
         .map(|o| (o.kind.as_str(), o.name.as_str()))
         .collect();
+    let uid = app.uid().unwrap_or_default();
     // Only objects the App does not manage yet cost a read, so a steady App costs none.
     for Guarded { kind, object } in &plan {
         let name = object.name();
@@ -95,7 +100,13 @@ pub async fn apply(
         let label = format!("{}/{name}", kind.kind);
         match api.get_opt(name).await {
             Ok(None) => {}
-            Ok(Some(existing)) if existing.labels().get(APP_LABEL) == Some(&app.name_any()) => {}
+            Ok(Some(existing))
+                if existing
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+                    || (kind.kind == "PersistentVolumeClaim"
+                        && existing.labels().get(APP_LABEL) == Some(&app.name_any())) => {}
             Ok(Some(_)) => return Err(ApplyError::Foreign { object: label }),
             Err(source) => {
                 return Err(ApplyError::Api {

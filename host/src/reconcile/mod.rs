@@ -333,6 +333,8 @@ async fn run_stages(
     let namespace = app.namespace().unwrap_or_default();
     let name = app.name_any();
     let uid = app.uid().unwrap_or_default();
+    // The built-in default until policies can be chosen per namespace.
+    let policy = guard::Policy::default();
     let limits = CallLimits::with_overrides(
         app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
         app.spec.limits.as_ref().and_then(|l| l.memory_mib),
@@ -451,7 +453,7 @@ async fn run_stages(
     };
 
     // guard
-    let guarded = match guard::check(&namespace, plan.objects) {
+    let guarded = match guard::check(&policy, &name, &namespace, plan.objects) {
         Ok(guarded) => guarded,
         Err(err) => {
             publish(
@@ -575,6 +577,21 @@ async fn run_stages(
             Err(err) => return Ok(Err(err.into())),
         };
         if let Some((slot, job)) = decision.run {
+            // A backup Job is a pod like any planned one: the same policy holds, and its pods
+            // may run as the ServiceAccounts the App's plan created.
+            let accounts: BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.kind == "ServiceAccount" && o.owned)
+                .map(|o| o.name.clone())
+                .collect();
+            if let Err(err) = guard::check_job(&policy, &name, &slot, &job, &accounts) {
+                let message = format!("backup of slot {slot}: {err}");
+                publish(ctx, app, EventType::Warning, "PlanRejected", &message).await;
+                return Ok(Err(Failure {
+                    reason: "PlanRejected".into(),
+                    message,
+                }));
+            }
             let (created, status) =
                 backup::start(&ctx.client, app, &slot, job)
                     .await

@@ -101,7 +101,7 @@ impl SpecDiff for Hello {
                         labels: Some(scope.labels()),
                         ..Default::default()
                     }),
-                    spec: Some(PodSpec {
+                    spec: Some(hardened(PodSpec {
                         containers: vec![Container {
                             name: "echo".to_string(),
                             // spec.version picks the image tag.
@@ -118,7 +118,7 @@ impl SpecDiff for Hello {
                             ..Default::default()
                         }],
                         ..Default::default()
-                    }),
+                    })),
                 },
                 ..Default::default()
             },
@@ -139,6 +139,18 @@ impl SpecDiff for Hello {
 }
 
 wasmop_sdk::export!(Hello: SpecDiff);
+
+/// `spec` made to pass the host's default policy (non-root, no capabilities, no token), as
+/// the SDK's builders do for theirs.
+fn hardened(mut spec: PodSpec) -> PodSpec {
+    // http-echo runs as root unless told otherwise; any unprivileged user serves it.
+    spec.security_context = Some(wasmop_sdk::k8s_openapi::api::core::v1::PodSecurityContext {
+        run_as_user: Some(65532),
+        ..Default::default()
+    });
+    wasmop_sdk::objects::harden(&mut spec);
+    spec
+}
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,7 @@ pub struct JobBuilder {
     active_deadline_seconds: Option<i64>,
     ttl_seconds_after_finished: Option<i32>,
     security_context: Option<PodSecurityContext>,
+    service_account: Option<String>,
 }
 
 impl JobBuilder {
@@ -36,6 +37,7 @@ impl JobBuilder {
             active_deadline_seconds: None,
             ttl_seconds_after_finished: None,
             security_context: None,
+            service_account: None,
         }
     }
 
@@ -84,6 +86,13 @@ impl JobBuilder {
         self
     }
 
+    /// Runs the Pods as `name`, a ServiceAccount the same plan creates (the host refuses any
+    /// other); without it they get no ServiceAccount token.
+    pub fn service_account(mut self, name: impl Into<String>) -> Self {
+        self.service_account = Some(name.into());
+        self
+    }
+
     /// Pod security context (user, fsGroup for volume permissions).
     pub fn security_context(mut self, context: PodSecurityContext) -> Self {
         self.security_context = Some(context);
@@ -96,7 +105,7 @@ impl JobBuilder {
         labels.extend(self.extra_labels);
         let mut metadata = self.scope.metadata(self.name);
         metadata.labels = Some(labels.clone());
-        Job {
+        let mut built = Job {
             metadata,
             spec: Some(JobSpec {
                 backoff_limit: Some(self.backoff_limit),
@@ -112,13 +121,19 @@ impl JobBuilder {
                         containers: self.containers,
                         volumes: (!self.volumes.is_empty()).then_some(self.volumes),
                         security_context: self.security_context,
+                        service_account_name: self.service_account,
                         ..Default::default()
                     }),
                 },
                 ..Default::default()
             }),
             status: None,
+        };
+        let pod = built.spec.as_mut().and_then(|s| s.template.spec.as_mut());
+        if let Some(pod) = pod {
+            super::harden(pod);
         }
+        built
     }
 }
 

@@ -14,7 +14,9 @@ mod statefulset;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::app::App;
@@ -38,6 +40,42 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const APP_LABEL: &str = "wasmop.dev/app";
 /// `wasmop.dev/backup-slot`: the slot a backup Job is for.
 pub const SLOT_LABEL: &str = "wasmop.dev/backup-slot";
+
+/// Makes `spec` pass the host's default policy (the `restricted` Pod Security Standard and
+/// wasmop's pod rules) wherever the plugin left a field unset, and leaves what it set alone:
+/// the pod runs as non-root with the runtime's default seccomp profile, every container drops
+/// all capabilities and cannot escalate privileges, and without a `serviceAccountName` the pod
+/// gets no ServiceAccount token. The builders call it; call it on a `PodSpec` you build
+/// yourself (a Deployment's, say). A value the plugin set that the policy forbids is still
+/// refused by the host, naming the field.
+pub fn harden(spec: &mut PodSpec) {
+    let pod = spec
+        .security_context
+        .get_or_insert_with(PodSecurityContext::default);
+    pod.run_as_non_root.get_or_insert(true);
+    pod.seccomp_profile.get_or_insert_with(|| SeccompProfile {
+        type_: "RuntimeDefault".to_string(),
+        ..Default::default()
+    });
+    let containers = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut());
+    for container in containers {
+        let context = container
+            .security_context
+            .get_or_insert_with(SecurityContext::default);
+        context.allow_privilege_escalation.get_or_insert(false);
+        context.capabilities.get_or_insert_with(|| Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        });
+    }
+    if spec.service_account_name.is_none() {
+        spec.automount_service_account_token.get_or_insert(false);
+    }
+}
 
 /// Where an App's objects live and how they are labelled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,5 +256,63 @@ pub(crate) mod tests {
             cm.metadata.labels.as_ref().map(|l| l[APP_LABEL].as_str()),
             Some("cache")
         );
+    }
+
+    #[test]
+    fn harden_fills_what_is_unset_and_keeps_what_is_set() {
+        use k8s_openapi::api::core::v1::Container;
+        let mut spec = PodSpec {
+            containers: vec![
+                Container {
+                    name: "a".into(),
+                    ..Default::default()
+                },
+                Container {
+                    name: "b".into(),
+                    security_context: Some(SecurityContext {
+                        capabilities: Some(Capabilities {
+                            add: Some(vec!["NET_BIND_SERVICE".into()]),
+                            drop: Some(vec!["ALL".into()]),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ],
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(1000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        harden(&mut spec);
+        let pod = spec.security_context.as_ref().expect("pod context");
+        assert_eq!(
+            (pod.run_as_non_root, pod.run_as_user),
+            (Some(true), Some(1000))
+        );
+        assert_eq!(
+            pod.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        let a = spec.containers[0].security_context.as_ref().expect("a");
+        assert_eq!(a.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            a.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_string()])
+        );
+        let b = spec.containers[1].security_context.as_ref().expect("b");
+        assert_eq!(
+            b.capabilities.as_ref().and_then(|c| c.add.clone()),
+            Some(vec!["NET_BIND_SERVICE".to_string()])
+        );
+        assert_eq!(spec.automount_service_account_token, Some(false));
+
+        let mut own = PodSpec {
+            service_account_name: Some("mine".into()),
+            ..Default::default()
+        };
+        harden(&mut own);
+        assert_eq!(own.automount_service_account_token, None, "its own token");
     }
 }

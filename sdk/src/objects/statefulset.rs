@@ -32,6 +32,7 @@ pub struct StatefulSetBuilder {
     pod_annotations: BTreeMap<String, String>,
     termination_grace_period_seconds: Option<i64>,
     security_context: Option<PodSecurityContext>,
+    service_account: Option<String>,
     parallel: bool,
     spread: bool,
 }
@@ -53,6 +54,7 @@ impl StatefulSetBuilder {
             pod_annotations: BTreeMap::new(),
             termination_grace_period_seconds: None,
             security_context: None,
+            service_account: None,
             parallel: false,
             spread: false,
         }
@@ -132,6 +134,13 @@ impl StatefulSetBuilder {
         self
     }
 
+    /// Runs the Pods as `name`, a ServiceAccount the same plan creates (the host refuses any
+    /// other); without it they get no ServiceAccount token.
+    pub fn service_account(mut self, name: impl Into<String>) -> Self {
+        self.service_account = Some(name.into());
+        self
+    }
+
     /// Pod security context.
     pub fn security_context(mut self, context: PodSecurityContext) -> Self {
         self.security_context = Some(context);
@@ -172,7 +181,7 @@ impl StatefulSetBuilder {
             }),
             ..Default::default()
         });
-        StatefulSet {
+        let mut built = StatefulSet {
             metadata: self.scope.metadata(self.name),
             spec: StatefulSetSpec {
                 replicas: Some(self.replicas),
@@ -206,6 +215,7 @@ impl StatefulSetBuilder {
                         volumes: non_empty(self.volumes),
                         termination_grace_period_seconds: self.termination_grace_period_seconds,
                         security_context: self.security_context,
+                        service_account_name: self.service_account,
                         affinity,
                         ..Default::default()
                     }),
@@ -214,7 +224,11 @@ impl StatefulSetBuilder {
                 ..Default::default()
             },
             status: None,
+        };
+        if let Some(pod) = built.spec.template.spec.as_mut() {
+            super::harden(pod);
         }
+        built
     }
 }
 

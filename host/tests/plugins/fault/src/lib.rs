@@ -87,6 +87,9 @@ impl spec_diff::Guest for Fault {
                 })
                 .to_string(),
             ],
+            // What an attacker plans (issue 21's table): a good ConfigMap and one object the
+            // guard must refuse, naming the field and the rule.
+            hostile if HOSTILE.contains(&hostile) => vec![object("fine".into()), attack(hostile)],
             other => {
                 return Err(PluginError {
                     kind: ErrorKind::InvalidConfig,
@@ -100,6 +103,74 @@ impl spec_diff::Guest for Fault {
             requeue_after: None,
         })
     }
+}
+
+/// The hostile modes, each one object past the trust boundary.
+const HOSTILE: &[&str] = &[
+    "privileged",
+    "host-path",
+    "host-network",
+    "host-pid",
+    "host-service-account",
+    "root-job",
+    "finalizers",
+    "external-ips",
+    "other-app",
+    "secret-volume",
+];
+
+/// The object of hostile mode `mode`: a Deployment (or Job) whose pods would pass the
+/// restricted level but for the one field the mode changes, or a ConfigMap or Service.
+fn attack(mode: &str) -> String {
+    use serde_json::json;
+    let mut pod = json!({
+        "metadata": {"labels": {"app": "evil"}},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    });
+    let spec = &mut pod["spec"];
+    match mode {
+        "privileged" => spec["containers"][0]["securityContext"]["privileged"] = json!(true),
+        "host-path" => spec["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]),
+        "host-network" => spec["hostNetwork"] = json!(true),
+        "host-pid" => spec["hostPID"] = json!(true),
+        "host-service-account" => spec["serviceAccountName"] = json!("wasmop"),
+        "secret-volume" => {
+            spec["volumes"] = json!([{"name": "s", "secret": {"secretName": "db-credentials"}}]);
+        }
+        "other-app" => pod["metadata"]["labels"]["wasmop.dev/app"] = json!("someone-else"),
+        "root-job" => {
+            return json!({
+                "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "evil"},
+                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "root", "image": "busybox",
+                    "securityContext": {"privileged": true, "runAsUser": 0},
+                }]}}},
+            })
+            .to_string();
+        }
+        "finalizers" => {
+            return json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "evil", "finalizers": ["example.com/never"]}})
+            .to_string();
+        }
+        _ => {
+            return json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "evil"},
+                "spec": {"externalIPs": ["8.8.8.8"], "ports": [{"port": 53}]}})
+            .to_string();
+        }
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "evil"},
+        "spec": {"selector": {"matchLabels": {"app": "evil"}}, "template": pod},
+    })
+    .to_string()
 }
 
 wasmop_sdk::wit::base::export!(Fault with_types_in wasmop_sdk::wit::base);

@@ -1,0 +1,613 @@
+//! Guard: the host's check of everything a plugin asks it to create, before anything is
+//! applied. A plugin is untrusted code chosen by the App's author, so its objects are held to
+//! what the namespace's [`Policy`] allows: every object of an allowed kind, in the App's
+//! namespace, well named, unique and bounded in size, with no metadata the host owns
+//! ([`fields::metadata`]), no Service exposure or claim on existing volumes beyond the policy
+//! ([`fields`]), and every pod template within the policy's Pod Security Standards level and
+//! wasmop's own pod rules ([`pods`]). A plan that breaks any rule is rejected whole, with an
+//! error naming the object, the field and the rule. Backup Jobs go through [`check_job`], the
+//! same rules.
+
+mod fields;
+mod pods;
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
+use crate::plugin::object::PluginObject;
+
+/// What plugins may create in a namespace. [`Policy::default`] is the built-in default:
+/// `restricted`, no Secrets, ClusterIP Services only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The Pod Security Standards level every pod template must meet.
+    pub pod_security: Level,
+    /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`).
+    pub allow_secrets: bool,
+    /// Service types a plan may use (`ClusterIP` covers headless Services).
+    pub service_types: Vec<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            pod_security: Level::Restricted,
+            allow_secrets: false,
+            service_types: vec!["ClusterIP".into()],
+        }
+    }
+}
+
+/// One broken rule inside an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    /// The offending field (several, comma-separated, when one rule names more than one).
+    pub path: String,
+    /// The rule: `podSecurity/<upstream check ID>` or `wasmop/<rule>`.
+    pub rule: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
+/// A kind plugins may plan, and how the host reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// API group, empty for the core group.
+    pub group: &'static str,
+    /// API version within the group.
+    pub version: &'static str,
+    /// Kind name.
+    pub kind: &'static str,
+    /// Resource (plural) name.
+    pub plural: &'static str,
+}
+
+impl Kind {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// What a plan may contain. A planned PersistentVolumeClaim (say, for backups) is applied but
+/// never pruned: claims are deleted only through `finalize`. Secrets, RBAC and cluster-scoped
+/// objects are never planned.
+pub const PLANNABLE: &[Kind] = &[
+    Kind {
+        group: "apps",
+        version: "v1",
+        kind: "StatefulSet",
+        plural: "statefulsets",
+    },
+    Kind {
+        group: "apps",
+        version: "v1",
+        kind: "Deployment",
+        plural: "deployments",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "Service",
+        plural: "services",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+    },
+    Kind {
+        group: "policy",
+        version: "v1",
+        kind: "PodDisruptionBudget",
+        plural: "poddisruptionbudgets",
+    },
+    Kind {
+        group: "batch",
+        version: "v1",
+        kind: "Job",
+        plural: "jobs",
+    },
+    Kind {
+        group: "",
+        version: "v1",
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+    },
+];
+
+/// Most objects planned for one App.
+pub const MAX_OBJECTS: usize = 64;
+/// Largest planned object as the plugin wrote it; etcd's own limit is 1.5 MiB.
+pub const MAX_OBJECT_BYTES: usize = 512 << 10;
+
+/// An object that passed the guard.
+#[derive(Debug, Clone)]
+pub struct Guarded {
+    /// Its kind.
+    pub kind: &'static Kind,
+    /// The object, with `metadata.namespace` set to the App's.
+    pub object: PluginObject,
+}
+
+/// Why a plan was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plan rejected: {object}: {reason}")]
+pub struct GuardError {
+    /// `Kind/name`.
+    pub object: String,
+    /// The rule it broke: `podSecurity/<check>`, `wasmop/<rule>`, or `wasmop/plan` for the
+    /// plan's shape (kind, name, namespace, size).
+    pub rule: String,
+    /// What is wrong, starting with the field when there is one.
+    pub reason: String,
+}
+
+/// Where the pod template of a pod-bearing kind is.
+fn pod_template_path(kind: &str) -> Option<&'static str> {
+    matches!(kind, "Deployment" | "StatefulSet" | "Job").then_some("spec.template")
+}
+
+/// The rules that read past `metadata`: pod templates, Services, claims, `status`. `accounts`
+/// are the ServiceAccounts the App's pods may run as.
+fn check_body(
+    policy: &Policy,
+    host_labels: &[(&str, &str)],
+    object: &PluginObject,
+    accounts: &BTreeSet<String>,
+) -> Result<(), Breach> {
+    let field = |name: &str| {
+        object.field(name).map_err(|err| Breach {
+            path: name.to_string(),
+            rule: "wasmop/plan".into(),
+            reason: format!("is not valid JSON: {err}"),
+        })
+    };
+    if field("status")?.is_some_and(|status| !status.is_null()) {
+        return Err(Breach {
+            path: "status".into(),
+            rule: "wasmop/metadata".into(),
+            reason: "status is written by controllers, not planned".into(),
+        });
+    }
+    if let Some(breach) = fields::metadata(object.metadata(), "metadata", host_labels) {
+        return Err(breach);
+    }
+    let spec = field("spec")?.unwrap_or(Value::Null);
+    let found = match object.kind() {
+        "Service" => fields::service(policy, &spec),
+        "PersistentVolumeClaim" => fields::claim(&spec, "spec"),
+        _ => None,
+    };
+    if let Some(breach) = found {
+        return Err(breach);
+    }
+    if object.kind() == "StatefulSet" {
+        let claims = spec.get("volumeClaimTemplates").and_then(Value::as_array);
+        for (i, template) in claims.into_iter().flatten().enumerate() {
+            let at = format!("spec.volumeClaimTemplates[{i}]");
+            let claim_spec = template.get("spec").unwrap_or(&Value::Null);
+            if let Some(breach) = fields::claim(claim_spec, &format!("{at}.spec")) {
+                return Err(breach);
+            }
+            if let Some(meta) = template.get("metadata").and_then(Value::as_object)
+                && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
+            {
+                return Err(breach);
+            }
+        }
+    }
+    if let Some(at) = pod_template_path(object.kind()) {
+        // A missing template is the API server's to reject; an empty one still gets every
+        // check, so that nothing unchecked reaches it.
+        let template = spec
+            .get("template")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        if let Some(meta) = template.get("metadata").and_then(Value::as_object)
+            && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
+        {
+            return Err(breach);
+        }
+        if let Some(breach) = pods::check(policy, &template, at, accounts) {
+            return Err(breach);
+        }
+    }
+    Ok(())
+}
+
+/// Checks the backup Job for `slot` the plugin asked for, by the same rules as a planned
+/// object; its pods may run as the ServiceAccounts in `accounts` (those the App's plan
+/// created), and it may carry the slot's label.
+pub fn check_job(
+    policy: &Policy,
+    app: &str,
+    slot: &str,
+    job: &PluginObject,
+    accounts: &BTreeSet<String>,
+) -> Result<(), GuardError> {
+    let reject = |rule: String, reason: String| GuardError {
+        object: format!("{}/{}", job.kind(), job.name()),
+        rule,
+        reason,
+    };
+    if job.kind() != "Job" || job.api_version() != "batch/v1" {
+        return Err(reject(
+            "wasmop/plan".into(),
+            format!("{}/{} is not a batch/v1 Job", job.api_version(), job.kind()),
+        ));
+    }
+    if job.text_len() > MAX_OBJECT_BYTES {
+        return Err(reject(
+            "wasmop/plan".into(),
+            format!(
+                "{} bytes is over the {MAX_OBJECT_BYTES} byte limit",
+                job.text_len()
+            ),
+        ));
+    }
+    let host_labels = [(fields::APP_LABEL, app), (BACKUP_SLOT_LABEL, slot)];
+    check_body(policy, &host_labels, job, accounts)
+        .map_err(|b| reject(b.rule, format!("{}: {}", b.path, b.reason)))
+}
+
+/// Checks every object of a plan for the App `app` in `namespace` against `policy`.
+pub fn check(
+    policy: &Policy,
+    app: &str,
+    namespace: &str,
+    objects: Vec<PluginObject>,
+) -> Result<Vec<Guarded>, GuardError> {
+    if objects.len() > MAX_OBJECTS {
+        return Err(GuardError {
+            object: format!("{} objects", objects.len()),
+            rule: "wasmop/plan".into(),
+            reason: format!("a plan may hold at most {MAX_OBJECTS} objects"),
+        });
+    }
+    // Pods may run as the ServiceAccounts this plan creates (and `default`, see `pods`).
+    let accounts: BTreeSet<String> = objects
+        .iter()
+        .filter(|o| o.kind() == "ServiceAccount" && o.api_version() == "v1")
+        .map(|o| o.name().to_string())
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut guarded = Vec::with_capacity(objects.len());
+    for mut object in objects {
+        let name = object.name().to_string();
+        let reject = |reason: String| GuardError {
+            object: format!("{}/{name}", object.kind()),
+            rule: "wasmop/plan".into(),
+            reason,
+        };
+
+        let kind = PLANNABLE
+            .iter()
+            .find(|k| k.kind == object.kind() && k.api_version() == object.api_version())
+            .ok_or_else(|| {
+                let allowed: Vec<String> = PLANNABLE
+                    .iter()
+                    .map(|k| format!("{}/{}", k.api_version(), k.kind))
+                    .collect();
+                reject(format!(
+                    "{}/{} is not an allowed kind (allowed: {})",
+                    object.api_version(),
+                    object.kind(),
+                    allowed.join(", ")
+                ))
+            })?;
+        if !is_dns_subdomain(&name) {
+            return Err(reject(format!(
+                "metadata.name {name:?} is not a DNS-1123 subdomain"
+            )));
+        }
+        match object.metadata().get("namespace") {
+            None => {}
+            Some(Value::String(ns)) if ns == namespace => {}
+            Some(ns) => {
+                return Err(reject(format!(
+                    "metadata.namespace {ns} is not the App's namespace {namespace:?}"
+                )));
+            }
+        }
+        if object.text_len() > MAX_OBJECT_BYTES {
+            return Err(reject(format!(
+                "{} bytes is over the {MAX_OBJECT_BYTES} byte limit",
+                object.text_len()
+            )));
+        }
+        check_body(policy, &[(fields::APP_LABEL, app)], &object, &accounts).map_err(|b| {
+            GuardError {
+                object: format!("{}/{name}", object.kind()),
+                rule: b.rule,
+                reason: format!("{}: {}", b.path, b.reason),
+            }
+        })?;
+        if !seen.insert((kind.kind, name.clone())) {
+            return Err(reject("planned twice".into()));
+        }
+        object.metadata_mut(|metadata| {
+            metadata.insert("namespace".into(), Value::String(namespace.to_string()));
+        });
+        guarded.push(Guarded { kind, object });
+    }
+    Ok(guarded)
+}
+
+fn is_dns_subdomain(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj(value: Value) -> PluginObject {
+        PluginObject::parse(&value.to_string()).expect("test objects are plugin objects")
+    }
+
+    fn cm(name: &str) -> PluginObject {
+        obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}))
+    }
+
+    #[test]
+    fn a_good_plan_passes_with_the_namespace_filled_in() {
+        let plan = vec![
+            cm("a"),
+            obj(
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}}),
+            ),
+        ];
+        let guarded = check(&Policy::default(), "kv", "ns", plan).expect("passes");
+        assert_eq!(guarded.len(), 2);
+        assert_eq!(guarded[0].object.metadata()["namespace"], "ns");
+        assert_eq!(guarded[1].kind.plural, "statefulsets");
+    }
+
+    #[test]
+    fn each_rule_names_the_object() {
+        let cases = [
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
+                ),
+                "ConfigMap/x",
+                "not the App's namespace",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "admin"}}),
+                ),
+                "ClusterRole/admin",
+                "not an allowed kind",
+            ),
+            (
+                obj(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})),
+                "Secret/s",
+                "not an allowed kind",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}),
+                ),
+                "ConfigMap/Bad_Name",
+                "DNS-1123",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "o", "ownerReferences": []}}),
+                ),
+                "ConfigMap/o",
+                "ownerReferences",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": "x".repeat(MAX_OBJECT_BYTES)}}),
+                ),
+                "ConfigMap/big",
+                "byte limit",
+            ),
+        ];
+        for (object, name, reason) in cases {
+            let err =
+                check(&Policy::default(), "kv", "ns", vec![cm("fine"), object]).expect_err(reason);
+            assert_eq!(err.object, name);
+            assert!(err.reason.contains(reason), "{err}");
+        }
+        let err =
+            check(&Policy::default(), "kv", "ns", vec![cm("a"), cm("a")]).expect_err("duplicate");
+        assert_eq!(err.to_string(), "plan rejected: ConfigMap/a: planned twice");
+        let err = check(
+            &Policy::default(),
+            "kv",
+            "ns",
+            (0..=MAX_OBJECTS).map(|i| cm(&format!("c{i}"))).collect(),
+        )
+        .expect_err("too many");
+        assert!(err.reason.contains("at most"), "{err}");
+    }
+
+    /// A Deployment whose pods pass restricted and wasmop's rules, with `change` applied to
+    /// its pod template.
+    fn deployment(name: &str, change: impl FnOnce(&mut Value)) -> PluginObject {
+        let mut template = json!({
+            "metadata": {"labels": {"app": name, "wasmop.dev/app": "kv"}},
+            "spec": {
+                "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "main", "image": "busybox",
+                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                }],
+            },
+        });
+        change(&mut template);
+        obj(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template},
+        }))
+    }
+
+    /// The rows of the trust-boundary table (issue 21), each refused with its field and rule.
+    #[test]
+    fn what_an_attacker_plans_is_refused_with_field_and_rule() {
+        let policy = Policy::default();
+        check(&policy, "kv", "ns", vec![deployment("good", |_| {})]).expect("the base passes");
+        let job = |change: fn(&mut Value)| {
+            let mut template = json!({"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "b", "image": "busybox"}]}});
+            change(&mut template);
+            obj(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "evil"},
+                "spec": {"template": template}}),
+            )
+        };
+        let cases: Vec<(PluginObject, &str, &str)> = vec![
+            (
+                deployment("evil", |t| {
+                    t["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true);
+                }),
+                "podSecurity/privileged",
+                "Deployment/evil: spec.template.spec.containers[0].securityContext.privileged: privileged is not allowed under restricted",
+            ),
+            (
+                deployment("evil", |t| {
+                    t["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+                }),
+                "podSecurity/restrictedVolumes",
+                "Deployment/evil: spec.template.spec.volumes[0].hostPath: ",
+            ),
+            (
+                deployment("evil", |t| t["spec"]["hostPID"] = json!(true)),
+                "podSecurity/hostNamespaces",
+                "Deployment/evil: spec.template.spec.hostPID: ",
+            ),
+            (
+                deployment("evil", |t| {
+                    t["spec"]["serviceAccountName"] = json!("wasmop")
+                }),
+                "wasmop/serviceAccount",
+                "Deployment/evil: spec.template.spec.serviceAccountName: ServiceAccount \"wasmop\" is not created by this plan",
+            ),
+            (
+                deployment("evil", |t| {
+                    t["metadata"]["labels"]["wasmop.dev/app"] = json!("other");
+                }),
+                "wasmop/metadata",
+                "Deployment/evil: spec.template.metadata.labels[\"wasmop.dev/app\"]: ",
+            ),
+            (
+                job(|t| {
+                    t["spec"]["containers"][0]["securityContext"] =
+                        json!({"privileged": true, "runAsUser": 0})
+                }),
+                "podSecurity/privileged",
+                "Job/evil: spec.template.spec.containers[0].securityContext.privileged: ",
+            ),
+            (
+                obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "evil", "finalizers": ["example.com/hold"]}})),
+                "wasmop/metadata",
+                "ConfigMap/evil: metadata.finalizers: ",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "evil"},
+                    "status": {"phase": "x"}}),
+                ),
+                "wasmop/metadata",
+                "ConfigMap/evil: status: ",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "evil"},
+                    "spec": {"externalIPs": ["8.8.8.8"], "ports": [{"port": 53}]}}),
+                ),
+                "wasmop/externalIPs",
+                "Service/evil: spec.externalIPs: ",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "evil"},
+                    "spec": {"volumeName": "someone-elses"}}),
+                ),
+                "wasmop/claimSource",
+                "PersistentVolumeClaim/evil: spec.volumeName: ",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "evil"},
+                    "spec": {"volumeClaimTemplates": [{"metadata": {"name": "d"},
+                        "spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "theirs"}}}]}}),
+                ),
+                "wasmop/claimSource",
+                "StatefulSet/evil: spec.volumeClaimTemplates[0].spec.dataSource: ",
+            ),
+        ];
+        for (object, rule, message) in cases {
+            let err = check(&policy, "kv", "ns", vec![cm("fine"), object]).expect_err(message);
+            assert_eq!(err.rule, rule, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("plan rejected: {message}")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_planned_service_account_may_be_used_and_backup_jobs_get_the_same_rules() {
+        let sa = obj(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kv-sa"}}),
+        );
+        let uses = deployment("d", |t| {
+            t["spec"]["serviceAccountName"] = json!("kv-sa");
+            t["spec"]["automountServiceAccountToken"] = json!(true);
+        });
+        check(&Policy::default(), "kv", "ns", vec![sa, uses.clone()]).expect("own SA");
+        let err = check(&Policy::default(), "kv", "ns", vec![uses]).expect_err("SA not planned");
+        assert_eq!(err.rule, "wasmop/serviceAccount");
+
+        let job = |security_context: Value| {
+            obj(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b"},
+                "spec": {"template": {"spec": {
+                    "automountServiceAccountToken": false,
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "b", "image": "i", "securityContext": security_context}],
+                }}}}),
+            )
+        };
+        let fine = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+        check_job(&Policy::default(), "kv", "s1", &job(fine), &BTreeSet::new()).expect("fine");
+        let root = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0});
+        let err = check_job(&Policy::default(), "kv", "s1", &job(root), &BTreeSet::new())
+            .expect_err("root");
+        assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
+        let cm = cm("not-a-job");
+        assert!(check_job(&Policy::default(), "kv", "s1", &cm, &BTreeSet::new()).is_err());
+    }
+}

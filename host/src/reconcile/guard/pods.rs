@@ -1,0 +1,353 @@
+//! The guard's rules for a pod template: the Pod Security Standards level of the policy
+//! ([`pod_security`]), then wasmop's own rules, which hold at every level because they protect
+//! what the namespace already holds rather than the node:
+//! - the pod runs as a ServiceAccount the same plan creates, or as `default` with
+//!   `automountServiceAccountToken: false` (and then no projected token): a plugin must not
+//!   borrow the credentials of another ServiceAccount in the namespace, the host's included;
+//! - no `nodeName`, which bypasses the scheduler (and so admission that happens there);
+//! - no Secret, by volume, projected source, CSI secret reference, `envFrom` or `secretKeyRef`,
+//!   unless the policy allows Secrets: the App author may not read Secrets through a plugin.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::{Breach, Policy};
+use crate::reconcile::pod_security;
+
+/// Checks the pod template at `at` (like `spec.template`) of an object; the first breach.
+pub(super) fn check(
+    policy: &Policy,
+    template: &Value,
+    at: &str,
+    service_accounts: &BTreeSet<String>,
+) -> Option<Breach> {
+    if let Some(violation) = pod_security::check_pod_template(policy.pod_security, template)
+        .into_iter()
+        .next()
+    {
+        let paths: Vec<String> = violation
+            .paths
+            .iter()
+            .map(|p| {
+                if p == "." {
+                    at.to_string()
+                } else {
+                    format!("{at}.{p}")
+                }
+            })
+            .collect();
+        return Some(Breach {
+            path: paths.join(", "),
+            rule: format!("podSecurity/{}", violation.rule),
+            reason: violation.reason,
+        });
+    }
+    let spec = template.get("spec")?;
+    let at = format!("{at}.spec");
+    service_account(spec, &at, service_accounts)
+        .or_else(|| node_name(spec, &at))
+        .or_else(|| {
+            (!policy.allow_secrets)
+                .then(|| secrets(spec, &at))
+                .flatten()
+        })
+}
+
+fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
+    Some(Breach {
+        path,
+        rule: rule.to_string(),
+        reason,
+    })
+}
+
+fn text(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+fn service_account(spec: &Value, at: &str, planned: &BTreeSet<String>) -> Option<Breach> {
+    const RULE: &str = "wasmop/serviceAccount";
+    let name = text(spec.get("serviceAccountName"));
+    // `serviceAccount` is the deprecated alias the API server still honours when
+    // `serviceAccountName` is empty.
+    let alias = text(spec.get("serviceAccount"));
+    if let (Some(name), Some(alias)) = (name, alias)
+        && name != alias
+    {
+        return breach(
+            format!("{at}.serviceAccount"),
+            RULE,
+            format!("must equal serviceAccountName {name:?} (it is {alias:?})"),
+        );
+    }
+    let (field, account) = match (name, alias) {
+        (Some(name), _) => ("serviceAccountName", name),
+        (None, Some(alias)) => ("serviceAccount", alias),
+        (None, None) => ("serviceAccountName", "default"),
+    };
+    if account != "default" {
+        if planned.contains(account) {
+            return None;
+        }
+        return breach(
+            format!("{at}.{field}"),
+            RULE,
+            format!(
+                "ServiceAccount {account:?} is not created by this plan; a pod may run only as \
+                 a ServiceAccount the plan creates, or as \"default\" with \
+                 automountServiceAccountToken: false"
+            ),
+        );
+    }
+    if spec.get("automountServiceAccountToken") != Some(&Value::Bool(false)) {
+        return breach(
+            format!("{at}.automountServiceAccountToken"),
+            RULE,
+            "must be false for a pod running as the namespace's \"default\" ServiceAccount \
+             (plan a ServiceAccount for pods that need a token)"
+                .into(),
+        );
+    }
+    for (i, volume) in list(spec.get("volumes")).iter().enumerate() {
+        for (j, source) in list(volume.pointer("/projected/sources"))
+            .iter()
+            .enumerate()
+        {
+            if source
+                .get("serviceAccountToken")
+                .is_some_and(|t| !t.is_null())
+            {
+                return breach(
+                    format!("{at}.volumes[{i}].projected.sources[{j}].serviceAccountToken"),
+                    RULE,
+                    "a pod running as the \"default\" ServiceAccount gets no token".into(),
+                );
+            }
+        }
+    }
+    None
+}
+
+fn node_name(spec: &Value, at: &str) -> Option<Breach> {
+    text(spec.get("nodeName")).and_then(|node| {
+        breach(
+            format!("{at}.nodeName"),
+            "wasmop/nodeName",
+            format!("{node:?}: pods are placed by the scheduler, not by a plugin"),
+        )
+    })
+}
+
+fn list(value: Option<&Value>) -> &[Value] {
+    value.and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+fn is_set(value: Option<&Value>) -> bool {
+    value.is_some_and(|v| !v.is_null())
+}
+
+fn secrets(spec: &Value, at: &str) -> Option<Breach> {
+    const RULE: &str = "wasmop/secrets";
+    let found = |path: String, what: &str| {
+        breach(
+            path,
+            RULE,
+            format!("{what}: the policy does not let plugins use Secrets"),
+        )
+    };
+    for (i, volume) in list(spec.get("volumes")).iter().enumerate() {
+        if is_set(volume.get("secret")) {
+            return found(format!("{at}.volumes[{i}].secret"), "a Secret volume");
+        }
+        if is_set(volume.pointer("/csi/nodePublishSecretRef")) {
+            return found(
+                format!("{at}.volumes[{i}].csi.nodePublishSecretRef"),
+                "a CSI volume's Secret",
+            );
+        }
+        for (j, source) in list(volume.pointer("/projected/sources"))
+            .iter()
+            .enumerate()
+        {
+            if is_set(source.get("secret")) {
+                return found(
+                    format!("{at}.volumes[{i}].projected.sources[{j}].secret"),
+                    "a projected Secret",
+                );
+            }
+        }
+    }
+    for key in ["initContainers", "containers", "ephemeralContainers"] {
+        for (i, container) in list(spec.get(key)).iter().enumerate() {
+            let at = format!("{at}.{key}[{i}]");
+            for (j, from) in list(container.get("envFrom")).iter().enumerate() {
+                if is_set(from.get("secretRef")) {
+                    return found(format!("{at}.envFrom[{j}].secretRef"), "envFrom a Secret");
+                }
+            }
+            for (j, env) in list(container.get("env")).iter().enumerate() {
+                if is_set(env.pointer("/valueFrom/secretKeyRef")) {
+                    return found(
+                        format!("{at}.env[{j}].valueFrom.secretKeyRef"),
+                        "an environment variable from a Secret",
+                    );
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A template that passes restricted and every wasmop rule.
+    fn good() -> Value {
+        json!({
+            "metadata": {"labels": {"app": "x"}},
+            "spec": {
+                "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "c", "image": "i",
+                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                }],
+            },
+        })
+    }
+
+    fn with(change: impl FnOnce(&mut Value)) -> Value {
+        let mut template = good();
+        change(&mut template);
+        template
+    }
+
+    fn breach_of(policy: &Policy, template: &Value) -> Option<Breach> {
+        check(
+            policy,
+            template,
+            "spec.template",
+            &BTreeSet::from(["mine".to_string()]),
+        )
+    }
+
+    #[test]
+    fn the_good_template_passes_and_each_rule_names_its_field() {
+        let policy = Policy::default();
+        assert_eq!(breach_of(&policy, &good()), None);
+        let cases: Vec<(Value, &str, &str)> = vec![
+            (
+                with(|t| t["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true)),
+                "spec.template.spec.containers[0].securityContext.privileged",
+                "podSecurity/privileged",
+            ),
+            (
+                with(|t| t["spec"]["hostNetwork"] = json!(true)),
+                "spec.template.spec.hostNetwork",
+                "podSecurity/hostNamespaces",
+            ),
+            (
+                with(|t| t["spec"]["volumes"] = json!([{"name": "r", "hostPath": {"path": "/"}}])),
+                "spec.template.spec.volumes[0].hostPath",
+                "podSecurity/restrictedVolumes",
+            ),
+            (
+                with(|t| t["spec"]["serviceAccountName"] = json!("wasmop")),
+                "spec.template.spec.serviceAccountName",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| t["spec"]["serviceAccount"] = json!("wasmop")),
+                "spec.template.spec.serviceAccount",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["serviceAccountName"] = json!("mine");
+                    t["spec"]["serviceAccount"] = json!("wasmop");
+                }),
+                "spec.template.spec.serviceAccount",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| t["spec"]["automountServiceAccountToken"] = json!(true)),
+                "spec.template.spec.automountServiceAccountToken",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["volumes"] = json!([{"name": "t", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token"}}
+                    ]}}]);
+                }),
+                "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| t["spec"]["nodeName"] = json!("node-1")),
+                "spec.template.spec.nodeName",
+                "wasmop/nodeName",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "db"}}]);
+                }),
+                "spec.template.spec.volumes[0].secret",
+                "wasmop/secrets",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "db"}}]);
+                }),
+                "spec.template.spec.containers[0].envFrom[0].secretRef",
+                "wasmop/secrets",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["containers"][0]["env"] = json!([{"name": "P", "valueFrom":
+                        {"secretKeyRef": {"name": "db", "key": "p"}}}]);
+                }),
+                "spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef",
+                "wasmop/secrets",
+            ),
+        ];
+        for (template, path, rule) in cases {
+            let breach = breach_of(&policy, &template).unwrap_or_else(|| panic!("{path} passed"));
+            assert_eq!((breach.path.as_str(), breach.rule.as_str()), (path, rule));
+        }
+    }
+
+    #[test]
+    fn a_planned_service_account_may_mount_its_token_and_secrets_follow_the_policy() {
+        let own = with(|t| {
+            t["spec"]["serviceAccountName"] = json!("mine");
+            t["spec"]["automountServiceAccountToken"] = json!(true);
+        });
+        assert_eq!(breach_of(&Policy::default(), &own), None);
+        let secret = with(|t| {
+            t["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "db"}}]);
+        });
+        let open = Policy {
+            allow_secrets: true,
+            ..Policy::default()
+        };
+        assert_eq!(breach_of(&open, &secret), None);
+    }
+
+    #[test]
+    fn the_level_comes_from_the_policy() {
+        let root = with(|t| t["spec"]["securityContext"]["runAsNonRoot"] = json!(false));
+        let baseline = Policy {
+            pod_security: pod_security::Level::Baseline,
+            ..Policy::default()
+        };
+        assert_eq!(breach_of(&baseline, &root), None);
+        let breach = breach_of(&Policy::default(), &root).expect("restricted forbids root");
+        assert_eq!(breach.rule, "podSecurity/runAsNonRoot");
+        assert!(breach.reason.contains("restricted"), "{}", breach.reason);
+    }
+}
