@@ -139,9 +139,15 @@ fn main() -> anyhow::Result<()> {
         let plan = plugin.call_plan(&engine, &limits, tags, &cx, Some("7.2.4"), "7.2.4")?;
         let policy = guard::Policy::default();
         let check = || {
-            guard::check(&policy, "kv", "bench", plan.objects.clone())
-                .map(drop)
-                .map_err(anyhow::Error::from)
+            guard::check(
+                &policy,
+                "kv",
+                "bench",
+                &plugin.metadata.owns,
+                plan.objects.clone(),
+            )
+            .map(drop)
+            .map_err(anyhow::Error::from)
         };
         check()?;
         // Cloning the objects is part of what is timed; it is timed alone too.

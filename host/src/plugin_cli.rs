@@ -352,7 +352,13 @@ fn run_sync(
             rolled_out.as_deref(),
             &desired,
         )?;
-        let guarded = guard::check(&policy, &app_name, &namespace, plan.objects)?;
+        let guarded = guard::check(
+            &policy,
+            &app_name,
+            &namespace,
+            &compiled.metadata.owns,
+            plan.objects,
+        )?;
         let objects: Vec<Value> = guarded.into_iter().map(|g| g.object.to_value()).collect();
         out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
     }

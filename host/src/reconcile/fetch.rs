@@ -62,6 +62,24 @@ pub struct ObservedObject {
     pub json: Value,
 }
 
+/// What of `observed` a plugin is shown, as the WIT states it: objects of its `owns` kinds the
+/// App controls (claims, which never carry an owner reference, by label), objects of its
+/// `observes` kinds labelled with the App, and the App's backup Jobs when it backs up. A plugin
+/// sees nothing else of the namespace.
+pub fn visible_to<'a>(
+    observed: &'a [ObservedObject],
+    owns: &'a [String],
+    observes: &'a [String],
+    backs_up: bool,
+) -> impl Iterator<Item = &'a ObservedObject> + 'a {
+    observed.iter().filter(move |o| {
+        let key = format!("{}/{}", o.api_version, o.kind);
+        (owns.contains(&key) && (o.owned || o.kind == "PersistentVolumeClaim"))
+            || observes.contains(&key)
+            || (backs_up && o.kind == "Job" && o.owned && o.backup_slot.is_some())
+    })
+}
+
 fn collect<K>(
     out: &mut Vec<ObservedObject>,
     store: &Store<K>,
@@ -120,5 +138,45 @@ impl Stores {
         collect(&mut out, &self.pvcs, namespace, name, uid);
         out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(api_version: &str, kind: &str, name: &str, owned: bool) -> ObservedObject {
+        ObservedObject {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            owned,
+            backup_slot: (kind == "Job").then(|| "s1".to_string()),
+            json: Value::Null,
+        }
+    }
+
+    #[test]
+    fn a_plugin_sees_only_what_it_owns_observes_or_backs_up() {
+        let observed = vec![
+            object("v1", "ConfigMap", "mine", true),
+            object("v1", "ConfigMap", "labelled-only", false),
+            object("apps/v1", "StatefulSet", "undeclared", true),
+            object("v1", "Pod", "p", false),
+            object("v1", "PersistentVolumeClaim", "claim", false),
+            object("batch/v1", "Job", "backup", true),
+        ];
+        let owns = vec![
+            "v1/ConfigMap".to_string(),
+            "v1/PersistentVolumeClaim".to_string(),
+        ];
+        let observes = vec!["v1/Pod".to_string()];
+        let names = |backs_up| -> Vec<&str> {
+            visible_to(&observed, &owns, &observes, backs_up)
+                .map(|o| o.name.as_str())
+                .collect()
+        };
+        assert_eq!(names(false), ["mine", "p", "claim"]);
+        assert_eq!(names(true), ["mine", "p", "claim", "backup"]);
     }
 }

@@ -344,13 +344,16 @@ async fn run_stages(
 
     // fetch
     let observed = ctx.stores.observe(&namespace, &name, &uid);
+    let metadata = &loaded.compiled.metadata;
+    let visible = fetch::visible_to(
+        &observed,
+        &metadata.owns,
+        &metadata.observes,
+        caps.contains(&C::Backup),
+    );
     let caller = Caller {
         loaded: Arc::clone(loaded),
-        input: Arc::new(AppContext::new(
-            app,
-            observed.iter().map(|o| &o.json),
-            now_ms(),
-        )),
+        input: Arc::new(AppContext::new(app, visible.map(|o| &o.json), now_ms())),
         limits,
         tags: tags(loaded, app),
     };
@@ -453,7 +456,13 @@ async fn run_stages(
     };
 
     // guard
-    let guarded = match guard::check(&policy, &name, &namespace, plan.objects) {
+    let guarded = match guard::check(
+        &policy,
+        &name,
+        &namespace,
+        &loaded.compiled.metadata.owns,
+        plan.objects,
+    ) {
         Ok(guarded) => guarded,
         Err(err) => {
             publish(

@@ -264,11 +264,14 @@ pub fn check_job(
         .map_err(|b| reject(b.rule, format!("{}: {}", b.path, b.reason)))
 }
 
-/// Checks every object of a plan for the App `app` in `namespace` against `policy`.
+/// Checks every object of a plan for the App `app` in `namespace` against `policy`; `owns`
+/// are the kinds (`apiVersion/kind`) the plugin's metadata declares it plans, and a plan may
+/// hold no other.
 pub fn check(
     policy: &Policy,
     app: &str,
     namespace: &str,
+    owns: &[String],
     objects: Vec<PluginObject>,
 ) -> Result<Vec<Guarded>, GuardError> {
     if objects.len() > MAX_OBJECTS {
@@ -309,6 +312,22 @@ pub fn check(
                     allowed.join(", ")
                 ))
             })?;
+        let declared = format!("{}/{}", object.api_version(), object.kind());
+        if !owns.contains(&declared) {
+            return Err(GuardError {
+                object: format!("{}/{name}", object.kind()),
+                rule: "wasmop/owns".into(),
+                reason: format!(
+                    "{declared} is not in the plugin's metadata.owns ({}): a plugin plans only \
+                     the kinds it declares",
+                    if owns.is_empty() {
+                        "empty".to_string()
+                    } else {
+                        owns.join(", ")
+                    }
+                ),
+            });
+        }
         if !is_dns_subdomain(&name) {
             return Err(reject(format!(
                 "metadata.name {name:?} is not a DNS-1123 subdomain"
@@ -369,6 +388,26 @@ mod tests {
         PluginObject::parse(&value.to_string()).expect("test objects are plugin objects")
     }
 
+    /// Every plannable kind, as a plugin that declares them all would list them.
+    fn all() -> Vec<String> {
+        PLANNABLE
+            .iter()
+            .map(|k| format!("{}/{}", k.api_version(), k.kind))
+            .collect()
+    }
+
+    #[test]
+    fn a_plan_holds_only_the_kinds_the_plugin_declares() {
+        let owns = vec!["v1/ConfigMap".to_string()];
+        check(&Policy::default(), "kv", "ns", &owns, vec![cm("a")]).expect("declared");
+        let sa =
+            obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "s"}}));
+        let err = check(&Policy::default(), "kv", "ns", &owns, vec![cm("a"), sa])
+            .expect_err("undeclared");
+        assert_eq!(err.rule, "wasmop/owns");
+        assert!(err.to_string().contains("ServiceAccount/s: v1/ServiceAccount is not in the plugin's metadata.owns (v1/ConfigMap)"), "{err}");
+    }
+
     fn cm(name: &str) -> PluginObject {
         obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}))
     }
@@ -381,7 +420,7 @@ mod tests {
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}}),
             ),
         ];
-        let guarded = check(&Policy::default(), "kv", "ns", plan).expect("passes");
+        let guarded = check(&Policy::default(), "kv", "ns", &all(), plan).expect("passes");
         assert_eq!(guarded.len(), 2);
         assert_eq!(guarded[0].object.metadata()["namespace"], "ns");
         assert_eq!(guarded[1].kind.plural, "statefulsets");
@@ -432,18 +471,31 @@ mod tests {
             ),
         ];
         for (object, name, reason) in cases {
-            let err =
-                check(&Policy::default(), "kv", "ns", vec![cm("fine"), object]).expect_err(reason);
+            let err = check(
+                &Policy::default(),
+                "kv",
+                "ns",
+                &all(),
+                vec![cm("fine"), object],
+            )
+            .expect_err(reason);
             assert_eq!(err.object, name);
             assert!(err.reason.contains(reason), "{err}");
         }
-        let err =
-            check(&Policy::default(), "kv", "ns", vec![cm("a"), cm("a")]).expect_err("duplicate");
+        let err = check(
+            &Policy::default(),
+            "kv",
+            "ns",
+            &all(),
+            vec![cm("a"), cm("a")],
+        )
+        .expect_err("duplicate");
         assert_eq!(err.to_string(), "plan rejected: ConfigMap/a: planned twice");
         let err = check(
             &Policy::default(),
             "kv",
             "ns",
+            &all(),
             (0..=MAX_OBJECTS).map(|i| cm(&format!("c{i}"))).collect(),
         )
         .expect_err("too many");
@@ -475,7 +527,14 @@ mod tests {
     #[test]
     fn what_an_attacker_plans_is_refused_with_field_and_rule() {
         let policy = Policy::default();
-        check(&policy, "kv", "ns", vec![deployment("good", |_| {})]).expect("the base passes");
+        check(
+            &policy,
+            "kv",
+            "ns",
+            &all(),
+            vec![deployment("good", |_| {})],
+        )
+        .expect("the base passes");
         let job = |change: fn(&mut Value)| {
             let mut template = json!({"spec": {"restartPolicy": "Never", "containers": [
                 {"name": "b", "image": "busybox"}]}});
@@ -568,7 +627,8 @@ mod tests {
             ),
         ];
         for (object, rule, message) in cases {
-            let err = check(&policy, "kv", "ns", vec![cm("fine"), object]).expect_err(message);
+            let err =
+                check(&policy, "kv", "ns", &all(), vec![cm("fine"), object]).expect_err(message);
             assert_eq!(err.rule, rule, "{err}");
             let text = err.to_string();
             assert!(
@@ -587,8 +647,16 @@ mod tests {
             t["spec"]["serviceAccountName"] = json!("kv-sa");
             t["spec"]["automountServiceAccountToken"] = json!(true);
         });
-        check(&Policy::default(), "kv", "ns", vec![sa, uses.clone()]).expect("own SA");
-        let err = check(&Policy::default(), "kv", "ns", vec![uses]).expect_err("SA not planned");
+        check(
+            &Policy::default(),
+            "kv",
+            "ns",
+            &all(),
+            vec![sa, uses.clone()],
+        )
+        .expect("own SA");
+        let err =
+            check(&Policy::default(), "kv", "ns", &all(), vec![uses]).expect_err("SA not planned");
         assert_eq!(err.rule, "wasmop/serviceAccount");
 
         let job = |security_context: Value| {

@@ -22,10 +22,20 @@ impl metadata::Guest for Fault {
             version: "0.1.0".into(),
             description: "misbehaves on request".into(),
             capabilities: vec![Capability::SpecDiff],
-            owns: vec![KindRef {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-            }],
+            // Hostile: it declares every kind it may plan, so that what stops its attacks is
+            // the guard's rules, not the declaration.
+            owns: [
+                ("v1", "ConfigMap"),
+                ("apps/v1", "Deployment"),
+                ("batch/v1", "Job"),
+                ("v1", "Service"),
+            ]
+            .into_iter()
+            .map(|(api_version, kind)| KindRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+            })
+            .collect(),
             observes: vec![],
         }
     }
