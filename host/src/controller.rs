@@ -119,7 +119,8 @@ pub async fn run(
         watcher(api::<App>(&client, ns), watcher::Config::default()),
     )
     .backoff(WatchBackoff::default())
-    .applied_objects();
+    .applied_objects()
+    .predicate_filter(app_changed, Default::default());
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
@@ -185,6 +186,17 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// What about an App calls for a reconcile: its spec (generation), its finalizers and its
+/// deletion; not its status, so the host's own status writes do not reconcile it again.
+fn app_changed(app: &App) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    app.metadata.generation.hash(&mut hasher);
+    app.metadata.finalizers.hash(&mut hasher);
+    app.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 fn ready_of<K>(store: Store<K>) -> BoxFuture<'static, ()>

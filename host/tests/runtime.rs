@@ -240,6 +240,31 @@ fn a_call_that_outgrows_the_sdk_arena_buffer_still_succeeds() {
 }
 
 #[test]
+fn the_wall_clock_is_the_hosts_now_and_randomness_is_fixed() {
+    let engine = PluginEngine::new().expect("engine");
+    let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");
+    let payload = |fault_mode: &str, now_ms: i64| {
+        let app = app(json!({"fault": fault_mode}));
+        let cx = AppContext::new(&app, [], now_ms);
+        let plan = fault
+            .call_plan(
+                &engine,
+                &CallLimits::default(),
+                CallTags::default(),
+                &cx,
+                None,
+                "1",
+            )
+            .expect("plans");
+        plan.objects[0].to_value()["data"]["payload"].clone()
+    };
+    assert_eq!(payload("clock", 1_764_633_600_123), "1764633600123");
+    assert_eq!(payload("clock", 42), "42", "not the machine's clock");
+    let first = payload("random", 0);
+    assert_eq!(payload("random", 0), first, "same input, same answer");
+}
+
+#[test]
 fn each_call_gets_a_fresh_instance() {
     let engine = PluginEngine::new().expect("engine");
     let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");

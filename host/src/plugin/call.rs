@@ -133,9 +133,11 @@ impl CompiledPlugin {
         interface: &'static str,
         limits: &CallLimits,
         tags: CallTags,
+        now_ms: i64,
         f: impl FnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let mut store = Store::new(engine.engine(), CallState::new(tags, limits));
+        let state = CallState::new(tags, limits, now_ms);
+        let mut store = Store::new(engine.engine(), state);
         store.limiter(|state| state.limiter());
         store.set_epoch_deadline(limits.deadline_ticks());
         let result = self
@@ -176,11 +178,14 @@ impl CompiledPlugin {
     }
 
     /// Runs `call` against the capability's export `indices`, or reports it unsupported.
+    // Each argument is a separate input of the call; bundling them would only move the list.
+    #[allow(clippy::too_many_arguments)]
     fn invoke<I, R>(
         &self,
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
+        now_ms: i64,
         capability: Capability,
         indices: &Option<I>,
         call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
@@ -196,6 +201,7 @@ impl CompiledPlugin {
             capability.interface(),
             limits,
             tags,
+            now_ms,
             |store, instance| call(indices, store, instance),
         )
     }
@@ -207,7 +213,8 @@ impl CompiledPlugin {
         limits: &CallLimits,
         tags: CallTags,
     ) -> Result<(PluginMetadata, BTreeSet<Capability>), CallError> {
-        let info = self.with_instance(engine, "metadata", limits, tags, |store, instance| {
+        // metadata gets no input, so its wall clock reads the epoch: same answer every time.
+        let info = self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
             self.exports
                 .metadata
                 .load(&mut *store, instance)?
@@ -267,6 +274,7 @@ impl CompiledPlugin {
             engine,
             limits,
             tags,
+            cx.now_ms,
             capability,
             &self.exports.spec_diff,
             |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
@@ -300,6 +308,7 @@ impl CompiledPlugin {
             engine,
             limits,
             tags,
+            cx.now_ms,
             capability,
             &self.exports.health,
             |g, store, instance| {
@@ -383,6 +392,7 @@ impl CompiledPlugin {
             engine,
             limits,
             tags,
+            cx.now_ms,
             capability,
             &self.exports.backup,
             |g, store, instance| {
@@ -440,6 +450,7 @@ impl CompiledPlugin {
             engine,
             limits,
             tags,
+            cx.now_ms,
             capability,
             &self.exports.upgrade,
             |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
@@ -476,6 +487,7 @@ impl CompiledPlugin {
             engine,
             limits,
             tags,
+            cx.now_ms,
             capability,
             &self.exports.finalize,
             |g, store, instance| {

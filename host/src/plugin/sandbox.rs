@@ -3,6 +3,8 @@
 //! and the App; linear memory is capped; the monotonic clock is the call's own [`CallClock`],
 //! whose waits cannot outlast the deadline.
 
+use std::time::Duration;
+
 use wasmtime::{ResourceLimiter, component::ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 
@@ -32,9 +34,29 @@ pub struct CallState {
     tags: CallTags,
 }
 
+/// `wasi:clocks/wall-clock` for one call: the host's `now`, fixed.
+struct FixedWallClock(Duration);
+
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
 impl CallState {
-    /// A fresh sandbox for a call with `limits`, whose clock starts now.
-    pub fn new(tags: CallTags, limits: &CallLimits) -> Self {
+    /// A fresh sandbox for a call with `limits`, whose monotonic clock starts now and whose
+    /// wall clock reads `now_ms` (the `now` the host passes in) throughout.
+    ///
+    /// Neither clock nor randomness is ambient, as the WIT promises ("same input, same
+    /// answer"): `wasi:clocks/wall-clock` is that fixed instant, and `wasi:random` (secure and
+    /// insecure alike) is a generator with a fixed seed. A plugin therefore cannot make
+    /// secrets or nonces, which it has no business making: it cannot plan Secrets either.
+    pub fn new(tags: CallTags, limits: &CallLimits, now_ms: i64) -> Self {
+        use rand::SeedableRng;
         let stdout = MemoryOutputPipe::new(MAX_STDIO_BYTES);
         let stderr = MemoryOutputPipe::new(MAX_STDIO_BYTES);
         let wasi = WasiCtx::builder()
@@ -43,6 +65,14 @@ impl CallState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            .wall_clock(FixedWallClock(Duration::from_millis(
+                u64::try_from(now_ms).unwrap_or(0),
+            )))
+            .secure_random(rand::rngs::StdRng::seed_from_u64(0))
+            .insecure_random(rand::rngs::StdRng::seed_from_u64(0))
+            .insecure_random_seed(0)
+            // The same bound as plugin output: no call needs more.
+            .max_random_size(1 << 20)
             .build();
         Self {
             wasi,
@@ -213,7 +243,7 @@ mod tests {
                 plugin: "kvstore@abc".into(),
                 app: "shop/cache".into(),
             };
-            let mut state = CallState::new(tags, &CallLimits::default());
+            let mut state = CallState::new(tags, &CallLimits::default(), 0);
             log::Host::emit(
                 &mut state,
                 level,

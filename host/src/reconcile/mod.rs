@@ -52,6 +52,12 @@ pub const FINALIZER: &str = "wasmop.dev/cleanup";
 
 /// When nothing else asks for a reconcile, check again this often (level-triggered safety net).
 const RESYNC: Duration = Duration::from_secs(300);
+/// The shortest requeue a plugin may ask for (plan or backup), and the longest: a plugin
+/// cannot make the host reconcile its App in a tight loop, nor further apart than the resync.
+fn clamp_plugin_requeue(after: Duration) -> Duration {
+    after.clamp(SHORT_REQUEUE, RESYNC)
+}
+
 /// While waiting for a plugin to load or a rollout to finish, look again this soon.
 const SHORT_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -555,7 +561,7 @@ async fn run_stages(
     conditions.extend(verdict.conditions);
     let phase = verdict.phase;
     let mut version = previous.version.clone();
-    let mut requeue = plan.requeue_after.unwrap_or(RESYNC);
+    let mut requeue = plan.requeue_after.map_or(RESYNC, clamp_plugin_requeue);
     if verdict.rollout_complete {
         if version.as_deref() != Some(render.as_str()) {
             let note = format!("version {render} rolled out");
@@ -630,7 +636,7 @@ async fn run_stages(
                 .map_err(kube_err(app, "expiring backup Jobs"))?;
         }
         if let Some(after) = decision.requeue_after {
-            requeue = requeue.min(after.max(Duration::from_secs(1)));
+            requeue = requeue.min(clamp_plugin_requeue(after));
         }
     }
     Ok(Ok(Outcome {
@@ -867,6 +873,20 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plugin_cannot_requeue_in_a_tight_loop_or_past_the_resync() {
+        assert_eq!(clamp_plugin_requeue(Duration::ZERO), SHORT_REQUEUE);
+        assert_eq!(
+            clamp_plugin_requeue(Duration::from_millis(1)),
+            SHORT_REQUEUE
+        );
+        assert_eq!(
+            clamp_plugin_requeue(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(clamp_plugin_requeue(Duration::from_secs(86_400)), RESYNC);
+    }
 
     #[test]
     fn backoff_doubles_to_a_cap_and_resets() {

@@ -86,6 +86,21 @@ impl spec_diff::Guest for Fault {
                     std::hint::black_box(&hoard);
                 }
             }
+            // What the sandbox's wall clock and randomness give: the host's `now` and a fixed
+            // sequence, never the machine's (same input, same answer).
+            "clock" => {
+                let since = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or(0);
+                vec![object(since.to_string())]
+            }
+            "random" => {
+                use std::hash::BuildHasher;
+                // std seeds its hash keys from wasi:random.
+                let keyed = std::collections::hash_map::RandomState::new().hash_one(0u8);
+                vec![object(keyed.to_string())]
+            }
             "huge-output" => vec![object("x".repeat(4 << 20))],
             "malformed-json" => vec!["{\"apiVersion\": \"v1\", \"kind\": ".to_string()],
             "not-an-object" => vec!["[1, 2, 3]".to_string()],
