@@ -5,13 +5,10 @@
 
 use std::{collections::BTreeMap, process::Stdio, time::Duration};
 
-use k8s_openapi::{
-    ByteString,
-    api::{
-        apps::v1::{Deployment, StatefulSet},
-        batch::v1::Job,
-        core::v1::{ConfigMap, PersistentVolumeClaim},
-    },
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    batch::v1::Job,
+    core::v1::{ConfigMap, PersistentVolumeClaim},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -20,7 +17,9 @@ use kube::{
 use serde_json::{Value, json};
 use wasmop_host::{app::App, plugin::source::oci::OciSource};
 
-use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for, wait_http_ok};
+use crate::harness::{
+    Local, TestNamespace, component, free_port, plugin_configmap, unique, wait_for, wait_http_ok,
+};
 
 /// A `wasmop run` process watching one namespace, stopped when dropped.
 pub struct Host {
@@ -393,17 +392,7 @@ async fn a_forbidden_plan_is_rejected_whole_and_other_apps_carry_on() -> anyhow:
     let client = local.client().await?;
     let ns = TestNamespace::create(&client, "e2e-guard").await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
-    let fault = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("fault-plugin".into()),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "plugin.wasm".into(),
-            ByteString(component("fault_plugin.wasm")?),
-        )])),
-        ..Default::default()
-    };
+    let fault = plugin_configmap("fault-plugin", "fault_plugin.wasm")?;
     cms.create(&PostParams::default(), &fault).await?;
     let image = push_kvstore(&local).await?;
     let _host = Host::start(&local, &ns.name).await?;
@@ -524,17 +513,7 @@ async fn a_hostile_plan_changes_nothing_and_a_forged_label_takes_nothing() -> an
     let client = local.client().await?;
     let ns = TestNamespace::create(&client, "e2e-hostile").await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
-    let plugin = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("fault-plugin".into()),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "plugin.wasm".into(),
-            ByteString(component("fault_plugin.wasm")?),
-        )])),
-        ..Default::default()
-    };
+    let plugin = plugin_configmap("fault-plugin", "fault_plugin.wasm")?;
     cms.create(&PostParams::default(), &plugin).await?;
     let image = push_kvstore(&local).await?;
     // A user's ConfigMap carrying the label the host used to trust for ownership.

@@ -10,17 +10,13 @@
 //! (`cargo test -p wasmop-e2e faults:: -- --test-threads 1`).
 
 use std::{
-    collections::BTreeMap,
     path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
-use k8s_openapi::{
-    ByteString,
-    api::{apps::v1::Deployment, core::v1::ConfigMap},
-};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
@@ -30,7 +26,7 @@ use wasmop_host::app::App;
 
 use crate::{
     apps::{Host, app, wait_app},
-    harness::{Local, TestNamespace, component, wait_for},
+    harness::{Local, TestNamespace, plugin_configmap, wait_for},
 };
 
 /// How long the component stays down.
@@ -117,15 +113,11 @@ async fn survives_outage_of(component_name: &str) -> anyhow::Result<()> {
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "hello-plugin"}}))?;
-    let cm = ConfigMap {
-        binary_data: Some(BTreeMap::from([(
-            "plugin.wasm".into(),
-            ByteString(component("hello.wasm")?),
-        )])),
-        ..cm
-    };
-    cms.create(&PostParams::default(), &cm).await?;
+    cms.create(
+        &PostParams::default(),
+        &plugin_configmap("hello-plugin", "hello.wasm")?,
+    )
+    .await?;
     let plugin = json!({"configMap": {"name": "hello-plugin", "key": "plugin.wasm"}});
     for name in ["a1", "a2"] {
         let spec = app(name, plugin.clone(), "1.0.0", json!({"message": "first"}))?;

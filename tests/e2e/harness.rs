@@ -187,6 +187,28 @@ pub fn component(file: &str) -> anyhow::Result<Vec<u8>> {
     })
 }
 
+/// A ConfigMap `name` holding the component `file` (built by `tests/run.sh`) under the key
+/// `plugin.wasm`, as an App's `spec.plugin.configMap` references it.
+pub fn plugin_configmap(
+    name: &str,
+    file: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::ConfigMap> {
+    Ok(k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        binary_data: Some(
+            [(
+                "plugin.wasm".to_string(),
+                k8s_openapi::ByteString(component(file)?),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    })
+}
+
 /// Waits until `url` answers with a success status.
 pub async fn wait_http_ok(what: &str, url: &str, timeout: Duration) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
