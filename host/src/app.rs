@@ -2,7 +2,7 @@
 //! that knows how to run it, and the status the host reports back.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, CustomResourceExt};
+use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -159,13 +159,10 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// The CRDs the host owns, as a multi-document YAML stream.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(&App::crd())
-}
-
 #[cfg(test)]
 mod tests {
+    use kube::CustomResourceExt;
+
     use super::*;
 
     #[test]
@@ -189,23 +186,9 @@ mod tests {
         assert_eq!(columns, ["Ready", "Version", "Plugin", "Age"]);
     }
 
-    /// `deploy/crds/` is what `kubectl apply` installs; it must be what the host would apply.
-    #[test]
-    fn checked_in_crd_matches_the_code() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/crds/apps.wasmop.dev.yaml"
-        );
-        let checked_in = std::fs::read_to_string(path).expect("deploy/crds/apps.wasmop.dev.yaml");
-        assert!(
-            checked_in == crd_yaml().expect("CRD serialises"),
-            "deploy/crds/apps.wasmop.dev.yaml is stale: run `wasmop crds > deploy/crds/apps.wasmop.dev.yaml`"
-        );
-    }
-
     #[test]
     fn plugin_source_carries_exactly_one_rule() {
-        let yaml = crd_yaml().expect("CRD serialises");
+        let yaml = serde_yaml::to_string(&App::crd()).expect("CRD serialises");
         assert!(yaml.contains("x-kubernetes-validations"), "{yaml}");
         assert!(
             yaml.contains("x-kubernetes-preserve-unknown-fields: true"),

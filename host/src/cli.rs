@@ -70,6 +70,10 @@ pub enum PluginCommand {
         /// The clock the plugin sees (RFC 3339); default: now.
         #[arg(long)]
         now: Option<String>,
+        /// Hold plans to this PluginPolicy (a YAML/JSON manifest) instead of the built-in
+        /// default, as if it governed the App's namespace.
+        #[arg(long)]
+        policy: Option<PathBuf>,
         /// Print JSON instead of YAML.
         #[arg(long)]
         json: bool,
@@ -171,6 +175,11 @@ pub struct RunArgs {
     /// Namespace of the leader-election Lease (default: the Pod's namespace, else `default`).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
+
+    /// The host's own namespace (default: the Pod's): like kube-system, Apps there are refused
+    /// unless a PluginPolicy names it.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub host_namespace: Option<String>,
 
     /// Do not create or update the CRDs at start-up (for clusters where they are installed
     /// separately and the host lacks the permission).

@@ -28,6 +28,7 @@ use crate::{
     api_health::ApiHealth,
     app::App,
     plugin::source::SourceRef,
+    policy::{Resolution, view::PolicyView},
     reconcile::{self, Context, fetch::Stores},
     run::PluginRuntime,
     watch_backoff::{NoDelay, WatchBackoff},
@@ -41,6 +42,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Where reconciles in flight are reported.
     pub health: ApiHealth,
+    /// Which PluginPolicy governs each namespace; its changes re-reconcile the Apps they affect.
+    pub policies: Arc<PolicyView>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -125,6 +128,7 @@ pub async fn run(
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     let swaps = plugin_changes(runtime, apps.clone());
+    let policy_moves = policy_changes(settings.policies.clone(), apps.clone());
 
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
@@ -164,6 +168,7 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), reporter),
         failures: Default::default(),
         health: settings.health.clone(),
+        policies: settings.policies.clone(),
     });
     controller
         .owns_stream(sts_stream)
@@ -177,6 +182,7 @@ pub async fn run(
         .watches_stream(pod_stream, |pod: Pod| app_of(&pod))
         .watches_stream(pvc_stream, |pvc: PersistentVolumeClaim| app_of(&pvc))
         .reconcile_on(swaps)
+        .reconcile_on(policy_moves)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -241,4 +247,34 @@ fn plugin_changes(
                 .collect();
             futures::stream::iter(users)
         })
+}
+
+/// Every App whose namespace is now governed differently (another policy, changed rules, newly
+/// refused or allowed), after each change of a policy or a namespace's labels. The first tick
+/// after the caches sync requeues every App once.
+fn policy_changes(
+    policies: Arc<PolicyView>,
+    apps: Store<App>,
+) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
+    let last = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        String,
+        Option<Resolution>,
+    >::new()));
+    tokio_stream::wrappers::WatchStream::new(policies.subscribe()).flat_map(move |_| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut moved: Vec<ObjectRef<App>> = Vec::new();
+        let mut seen = std::collections::HashMap::new();
+        for app in apps.state() {
+            let namespace = app.namespace().unwrap_or_default();
+            let now = seen
+                .entry(namespace.clone())
+                .or_insert_with(|| policies.resolve(&namespace))
+                .clone();
+            if now.is_some() && last.get(&namespace) != Some(&now) {
+                moved.push(ObjectRef::from_obj(app.as_ref()));
+            }
+        }
+        last.extend(seen);
+        futures::stream::iter(moved)
+    })
 }

@@ -1,4 +1,6 @@
-//! Installs or updates the host's CRDs at start-up and waits until the API server serves them.
+//! The host's CRDs (App and PluginPolicy): installs or updates them at start-up and waits until
+//! the API server serves them; [`crd_yaml`] is what `wasmop crds` prints and `deploy/crds/`
+//! holds.
 
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use kube::{
     runtime::wait::{await_condition, conditions},
 };
 
-use crate::app::App;
+use crate::{app::App, policy::PluginPolicy};
 
 /// The field manager the host uses for everything it applies.
 pub const FIELD_MANAGER: &str = "wasmop";
@@ -48,11 +50,31 @@ pub enum CrdInstallError {
     },
 }
 
-/// Server-side applies the App CRD and waits for it to be Established.
+/// Every CRD the host owns.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![App::crd(), PluginPolicy::crd()]
+}
+
+/// The CRDs as a multi-document YAML stream.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    let docs = crds()
+        .iter()
+        .map(serde_yaml::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(docs.join("---\n"))
+}
+
+/// Server-side applies every CRD and waits for each to be Established.
 pub async fn ensure_crds(client: &Client) -> Result<(), CrdInstallError> {
+    for crd in crds() {
+        ensure(client, crd).await?;
+    }
+    Ok(())
+}
+
+async fn ensure(client: &Client, crd: CustomResourceDefinition) -> Result<(), CrdInstallError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = App::crd();
-    let name = App::crd_name().to_string();
+    let name = crd.metadata.name.clone().unwrap_or_default();
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -71,5 +93,29 @@ pub async fn ensure_crds(client: &Client) -> Result<(), CrdInstallError> {
             name,
             timeout: ESTABLISH_TIMEOUT,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `deploy/crds/` is what `kubectl apply` installs; it must be what the host would apply.
+    #[test]
+    fn checked_in_crds_match_the_code() {
+        for crd in crds() {
+            let name = crd.metadata.name.clone().expect("a named CRD");
+            let path = format!("{}/../deploy/crds/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+            let want = serde_yaml::to_string(&crd).expect("CRD serialises");
+            if std::env::var_os("WASMOP_BLESS").is_some() {
+                std::fs::write(&path, &want).expect("writing the CRD");
+            }
+            let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                checked_in == want,
+                "deploy/crds/{name}.yaml is stale: regenerate it with \
+                 `WASMOP_BLESS=1 cargo test -p wasmop-host --lib crd_install`"
+            );
+        }
     }
 }

@@ -12,6 +12,7 @@ pub mod crd_install;
 pub mod leader;
 pub mod plugin;
 pub mod plugin_cli;
+pub mod policy;
 pub mod probes;
 pub mod reconcile;
 pub mod run;

@@ -41,17 +41,22 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             observed,
             capability,
             now,
+            policy,
             json,
         } => {
-            run_capabilities(
-                &plugin,
-                &app,
-                observed.as_deref(),
-                capability,
-                now.as_deref(),
+            let policy = match policy {
+                Some(path) => read_policy(&path)?,
+                None => guard::Policy::default(),
+            };
+            let request = RunRequest {
+                app,
+                observed,
+                which: capability,
+                now,
+                policy,
                 json,
-            )
-            .await
+            };
+            run_capabilities(&plugin, request).await
         }
         PluginCommand::Push {
             file,
@@ -224,40 +229,50 @@ fn read_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
     Ok(objects)
 }
 
-async fn run_capabilities(
-    plugin: &str,
-    app_path: &Path,
-    observed: Option<&Path>,
+/// What `wasmop plugin run` was asked to do.
+struct RunRequest {
+    /// The App file.
+    app: PathBuf,
+    /// The observed objects' file or directory.
+    observed: Option<PathBuf>,
     which: RunCapability,
-    now: Option<&str>,
-    json_out: bool,
-) -> anyhow::Result<()> {
-    let bytes = load_bytes(plugin).await?;
-    let (label, app_path) = (plugin.to_string(), app_path.to_path_buf());
-    let (observed, now) = (observed.map(Path::to_path_buf), now.map(str::to_string));
-    blocking(move || {
-        run_sync(
-            &label,
-            &bytes,
-            &app_path,
-            observed.as_deref(),
-            which,
-            now.as_deref(),
-            json_out,
-        )
-    })
-    .await
+    /// `--now`, RFC 3339.
+    now: Option<String>,
+    policy: guard::Policy,
+    json: bool,
 }
 
-fn run_sync(
-    plugin: &str,
-    bytes: &[u8],
-    app_path: &Path,
-    observed: Option<&Path>,
-    which: RunCapability,
-    now: Option<&str>,
-    json_out: bool,
-) -> anyhow::Result<()> {
+async fn run_capabilities(plugin: &str, request: RunRequest) -> anyhow::Result<()> {
+    let bytes = load_bytes(plugin).await?;
+    let label = plugin.to_string();
+    blocking(move || run_sync(&label, &bytes, &request)).await
+}
+
+/// The rules of the one PluginPolicy in `path`.
+fn read_policy(path: &Path) -> anyhow::Result<guard::Policy> {
+    let mut docs = read_objects(path)?;
+    if docs.len() != 1 {
+        bail!(
+            "{} must hold exactly one PluginPolicy, found {} objects",
+            path.display(),
+            docs.len()
+        );
+    }
+    let policy: crate::policy::PluginPolicy = serde_json::from_value(docs.remove(0))
+        .with_context(|| format!("{} is not a valid PluginPolicy", path.display()))?;
+    Ok(policy.spec.rules())
+}
+
+fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<()> {
+    let RunRequest {
+        app: app_path,
+        observed,
+        which,
+        now,
+        policy,
+        json: json_out,
+    } = request;
+    let (observed, now, which, json_out) = (observed.as_deref(), now.as_deref(), *which, *json_out);
     let (engine, compiled) = prepare(plugin, bytes)?;
     let mut apps = read_objects(app_path)?;
     if apps.len() != 1 {
@@ -291,8 +306,6 @@ fn run_sync(
         .and_then(Value::as_str)
         .context("the App has no metadata.name")?
         .to_string();
-    // `plugin run` holds plans to the host's built-in default policy.
-    let policy = guard::Policy::default();
     let desired = app
         .pointer("/spec/version")
         .and_then(Value::as_str)
@@ -353,7 +366,7 @@ fn run_sync(
             &desired,
         )?;
         let guarded = guard::check(
-            &policy,
+            policy,
             &app_name,
             &namespace,
             &compiled.metadata.owns,
@@ -388,7 +401,7 @@ fn run_sync(
                 .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
                 .map(str::to_string)
                 .collect();
-            guard::check_job(&policy, &app_name, slot, job, &accounts)?;
+            guard::check_job(policy, &app_name, slot, job, &accounts)?;
         }
         out.insert(
             "backup".into(),

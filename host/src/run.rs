@@ -16,6 +16,7 @@ use crate::{
         cache::Cache, engine::PluginEngine, metrics::PluginMetrics, registry::PluginRegistry,
         source::oci::OciSource, watch::SourceWatcher,
     },
+    policy::view::PolicyView,
     probes::Probes,
 };
 
@@ -140,6 +141,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     }
 
+    // Policies are read only once leading, so a standby never writes their status.
+    let (policies, writers) = PolicyView::new(args.host_namespace.clone());
+    let policy_task = tokio::spawn(policies.clone().run(client.clone(), writers));
+
     let namespaces: Vec<Option<String>> = if args.namespaces.is_empty() {
         vec![None]
     } else {
@@ -161,6 +166,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace,
             concurrency: args.concurrency,
             health: health.clone(),
+            policies: policies.clone(),
         };
         controller::run(
             client.clone(),
@@ -173,6 +179,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     futures::future::join_all(controllers).await;
     probes.set_ready(false);
     api_probe.abort();
+    policy_task.abort();
     signals.abort();
     server.abort();
     if !*stop_rx.borrow() {

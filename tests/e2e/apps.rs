@@ -128,7 +128,7 @@ pub fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::R
     }))?)
 }
 
-fn condition(app: &App, type_: &str) -> Option<(String, String, String)> {
+pub fn condition(app: &App, type_: &str) -> Option<(String, String, String)> {
     app.status
         .as_ref()?
         .conditions

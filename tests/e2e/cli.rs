@@ -215,3 +215,45 @@ fn push_then_pull_round_trips_through_the_registry() -> anyhow::Result<()> {
     assert!(!out.status.success());
     Ok(())
 }
+
+/// `--policy` holds plans to a PluginPolicy manifest: a hostPath volume fails under the
+/// default and under `baseline`, and passes under `privileged`.
+#[test]
+fn run_holds_plans_to_the_policy_given() -> anyhow::Result<()> {
+    let app = app_file("{fault: host-path}")?;
+    for (level, passes) in [("baseline", false), ("privileged", true)] {
+        let policy = tempfile_path::write(&format!(
+            "apiVersion: wasmop.dev/v1alpha1\nkind: PluginPolicy\nmetadata: {{name: p}}\nspec: {{podSecurity: {level}}}\n"
+        ))?;
+        let out = wasmop(&[
+            "plugin",
+            "run",
+            &wasm("fault_plugin.wasm")?,
+            "--app",
+            &app.0.display().to_string(),
+            "--policy",
+            &policy.0.display().to_string(),
+        ])?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), passes, "{level}: {stderr}");
+        if !passes {
+            assert!(stderr.contains("volumes[0].hostPath"), "{level}: {stderr}");
+        }
+    }
+    let bad = tempfile_path::write("kind: PluginPolicy\nspec: {podSecurity: lenient}\n")?;
+    let out = wasmop(&[
+        "plugin",
+        "run",
+        &wasm("fault_plugin.wasm")?,
+        "--app",
+        &app.0.display().to_string(),
+        "--policy",
+        &bad.0.display().to_string(),
+    ])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("is not a valid PluginPolicy"),
+        "{stderr}"
+    );
+    Ok(())
+}

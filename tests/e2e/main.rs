@@ -15,4 +15,5 @@ mod faults;
 mod host;
 mod journey;
 mod plugin_sources;
+mod policy;
 mod registry;

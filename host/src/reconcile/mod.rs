@@ -43,6 +43,7 @@ use crate::{
         source::SourceRef,
         watch::SourceWatcher,
     },
+    policy::{Resolution, view::PolicyView},
 };
 use fetch::Stores;
 use status::Cond;
@@ -77,6 +78,8 @@ pub struct Context {
     pub failures: Backoff,
     /// The link to the API server and the reconciles in flight, for the probes.
     pub health: ApiHealth,
+    /// Which PluginPolicy governs each namespace.
+    pub policies: Arc<PolicyView>,
 }
 
 /// Exponential backoff per App: 5 s after the first failure, doubling to at most 5 minutes, and
@@ -223,8 +226,43 @@ impl Outcome {
     }
 }
 
+/// While the policy caches have not synced (start-up) or lack the App's namespace, look again
+/// this soon, changing nothing: guessing a policy could apply a plan under the wrong one.
+const POLICY_WAIT: Duration = Duration::from_secs(1);
+
+/// The rules for the App's namespace, by name for messages (`None`: not known yet).
+fn governing(ctx: &Context, namespace: &str) -> Option<Result<Governing, String>> {
+    Some(match ctx.policies.resolve(namespace)? {
+        Resolution::Governed { policy, rules } => Ok(Governing {
+            name: match policy {
+                Some(name) => format!("PluginPolicy {name}"),
+                None => "the built-in default policy".into(),
+            },
+            rules,
+        }),
+        Resolution::Refused { reason } => Err(reason),
+    })
+}
+
+/// The policy a reconcile holds the App's plugin to.
+struct Governing {
+    /// `PluginPolicy <name>` or `the built-in default policy`.
+    name: String,
+    rules: guard::Policy,
+}
+
 async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, Error> {
     let previous = app.status.clone().unwrap_or_default();
+    // The policy comes first: an App its namespace refuses does not even load its plugin.
+    let policy = match governing(ctx, &app.namespace().unwrap_or_default()) {
+        None => return Ok(Action::requeue(POLICY_WAIT)),
+        Some(Ok(policy)) => policy,
+        Some(Err(reason)) => {
+            let conditions = vec![Cond::new("PluginReady", false, "NamespaceRefused", reason)];
+            let outcome = Outcome::holding(&previous, conditions, RESYNC, Some("Failed"));
+            return finish(app, ctx, api, &previous, None, outcome).await;
+        }
+    };
     let source = match SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
     {
         Ok(source) => source,
@@ -265,19 +303,20 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
         ),
     };
 
-    let outcome = match run_stages(app, ctx, &loaded, plugin_ready.clone(), &previous).await? {
-        Ok(outcome) => outcome,
-        Err(failure) => {
-            // A failing plugin or a rejected plan: touch nothing, say why, retry later.
-            let conditions = vec![
-                plugin_ready,
-                Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
-            ];
-            let wait = ctx.failures.failed(&app_key(app));
-            let outcome = Outcome::holding(&previous, conditions, wait, Some("Degraded"));
-            return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
-        }
-    };
+    let outcome =
+        match run_stages(app, ctx, &loaded, &policy, plugin_ready.clone(), &previous).await? {
+            Ok(outcome) => outcome,
+            Err(failure) => {
+                // A failing plugin or a rejected plan: touch nothing, say why, retry later.
+                let conditions = vec![
+                    plugin_ready,
+                    Cond::new("Degraded", true, &failure.reason, failure.message.clone()),
+                ];
+                let wait = ctx.failures.failed(&app_key(app));
+                let outcome = Outcome::holding(&previous, conditions, wait, Some("Degraded"));
+                return finish(app, ctx, api, &previous, Some(&loaded), outcome).await;
+            }
+        };
     ctx.failures.succeeded(&app_key(app));
     finish(app, ctx, api, &previous, Some(&loaded), outcome).await
 }
@@ -333,14 +372,14 @@ async fn run_stages(
     app: &App,
     ctx: &Context,
     loaded: &Arc<LoadedPlugin>,
+    governing: &Governing,
     plugin_ready: Cond,
     previous: &AppStatus,
 ) -> Result<Result<Outcome, Failure>, Error> {
     let namespace = app.namespace().unwrap_or_default();
     let name = app.name_any();
     let uid = app.uid().unwrap_or_default();
-    // The built-in default until policies can be chosen per namespace.
-    let policy = guard::Policy::default();
+    let policy = &governing.rules;
     let limits = CallLimits::with_overrides(
         app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
         app.spec.limits.as_ref().and_then(|l| l.memory_mib),
@@ -463,7 +502,7 @@ async fn run_stages(
 
     // guard
     let guarded = match guard::check(
-        &policy,
+        policy,
         &name,
         &namespace,
         &loaded.compiled.metadata.owns,
@@ -471,17 +510,11 @@ async fn run_stages(
     ) {
         Ok(guarded) => guarded,
         Err(err) => {
-            publish(
-                ctx,
-                app,
-                EventType::Warning,
-                "PlanRejected",
-                &err.to_string(),
-            )
-            .await;
+            let message = format!("{err} (under {})", governing.name);
+            publish(ctx, app, EventType::Warning, "PlanRejected", &message).await;
             return Ok(Err(Failure {
                 reason: "PlanRejected".into(),
-                message: err.to_string(),
+                message,
             }));
         }
     };
@@ -599,8 +632,8 @@ async fn run_stages(
                 .filter(|o| o.kind == "ServiceAccount" && o.owned)
                 .map(|o| o.name.clone())
                 .collect();
-            if let Err(err) = guard::check_job(&policy, &name, &slot, &job, &accounts) {
-                let message = format!("backup of slot {slot}: {err}");
+            if let Err(err) = guard::check_job(policy, &name, &slot, &job, &accounts) {
+                let message = format!("backup of slot {slot}: {err} (under {})", governing.name);
                 publish(ctx, app, EventType::Warning, "PlanRejected", &message).await;
                 return Ok(Err(Failure {
                     reason: "PlanRejected".into(),
@@ -770,6 +803,20 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
                 .map(str::to_string)
         })
         .collect();
+    // A refused namespace never loaded the App's plugin, and deleting the App must not load it
+    // either; a namespace not resolved yet is waited for.
+    match governing(ctx, &namespace) {
+        None => return Ok(Action::requeue(POLICY_WAIT)),
+        Some(Err(reason)) => {
+            let message = format!(
+                "kept {} retained objects without calling the plugin: {reason}",
+                retained.len()
+            );
+            publish(ctx, app, EventType::Normal, "Finalized", &message).await;
+            return Ok(Action::await_change());
+        }
+        Some(Ok(_)) => {}
+    }
     let source = SourceRef::from_spec(&namespace, &app.spec.plugin).ok();
     let state = source.as_ref().map(|s| {
         // After a restart the registry is empty: load the plugin before deciding anything.

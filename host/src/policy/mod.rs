@@ -1,0 +1,447 @@
+//! `PluginPolicy` (`pluginpolicies.wasmop.dev/v1alpha1`, cluster-scoped): the cluster admin's
+//! bounds for the plugins of the namespaces it selects, and [`resolve`], which picks the policy
+//! that governs one namespace.
+//!
+//! Which policy governs a namespace, most specific first:
+//! 1. a policy that names it in `spec.namespaces`;
+//! 2. a policy whose `spec.namespaceSelector` selects it, the one with the most requirements
+//!    (`matchLabels` entries plus `matchExpressions`) first;
+//! 3. with none, the built-in default ([`crate::reconcile::guard::Policy::default`]: restricted,
+//!    the built-in kinds, no Secrets, ClusterIP Services).
+//!
+//! Ties are broken by policy name (alphabetical) and reported in the losing policy's status
+//! (`Overlapping`). [`PROTECTED_NAMESPACES`] and the host's own namespace are never governed by
+//! a selector or the default: Apps there are refused unless a policy names the namespace.
+
+pub mod selector;
+pub mod view;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, ResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::reconcile::{guard, pod_security::Level};
+
+/// Namespaces that belong to the cluster: an App there is refused unless a policy names the
+/// namespace explicitly (the host adds its own namespace).
+pub const PROTECTED_NAMESPACES: &[&str] = &["kube-system", "kube-public", "kube-node-lease"];
+
+/// Bounds for the plugins of the namespaces a policy selects.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "wasmop.dev",
+    version = "v1alpha1",
+    kind = "PluginPolicy",
+    status = "PluginPolicyStatus",
+    shortname = "wpp",
+    category = "wasmop",
+    printcolumn = r#"{"name":"PodSecurity","type":"string","jsonPath":".spec.podSecurity"}"#,
+    printcolumn = r#"{"name":"Secrets","type":"boolean","jsonPath":".spec.allowSecrets"}"#,
+    printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaceCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginPolicySpec {
+    /// Namespaces governed by name. Naming a namespace wins over every selector, and is the
+    /// only way to allow Apps in kube-system, kube-public, kube-node-lease or the host's own
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Namespaces governed by label. An empty selector (`{}`) selects every namespace;
+    /// without one, only `namespaces` are governed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "label_selector_schema")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// The Pod Security Standards level every pod template a plugin plans must meet.
+    #[serde(default)]
+    pub pod_security: PodSecurity,
+    /// Service types plans may use; default `[ClusterIP]` (which covers headless Services).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_types: Option<Vec<ServiceType>>,
+    /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`). Default false.
+    #[serde(default)]
+    pub allow_secrets: bool,
+}
+
+/// A Pod Security Standards level.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PodSecurity {
+    /// Pod hardening best practice.
+    #[default]
+    Restricted,
+    /// Prevents known privilege escalations.
+    Baseline,
+    /// No pod restrictions beyond wasmop's own (ServiceAccounts, nodeName, Secrets).
+    Privileged,
+}
+
+impl From<PodSecurity> for Level {
+    fn from(level: PodSecurity) -> Self {
+        match level {
+            PodSecurity::Restricted => Level::Restricted,
+            PodSecurity::Baseline => Level::Baseline,
+            PodSecurity::Privileged => Level::Privileged,
+        }
+    }
+}
+
+/// A Service type.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    /// Reachable inside the cluster only (and headless Services).
+    ClusterIP,
+    /// A port on every node.
+    NodePort,
+    /// An external load balancer.
+    LoadBalancer,
+    /// A DNS alias.
+    ExternalName,
+}
+
+impl ServiceType {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::ClusterIP => "ClusterIP",
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+            Self::ExternalName => "ExternalName",
+        }
+    }
+}
+
+/// What the host reports about a policy.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginPolicyStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// How many namespaces this policy governs.
+    #[serde(default)]
+    pub namespace_count: u32,
+    /// The namespaces it governs, sorted (the first [`STATUS_NAMESPACES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// `Valid` (the selector is well formed) and `Overlapping` (a namespace it selects is
+    /// governed by another policy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Most namespaces listed in a policy's status.
+pub const STATUS_NAMESPACES: usize = 50;
+
+/// The same schema as a Kubernetes `LabelSelector`, with the operator an enum and the
+/// API server's own rules on values as CEL, so a malformed selector is refused when it is
+/// written rather than selecting nothing later.
+fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "maxProperties": 64,
+                "additionalProperties": {"type": "string"},
+            },
+            "matchExpressions": {
+                "type": "array",
+                "maxItems": 32,
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"type": "string", "maxLength": 317},
+                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 63}},
+                    },
+                    "x-kubernetes-validations": [{
+                        "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)",
+                        "message": "In and NotIn need values; Exists and DoesNotExist take none",
+                    }],
+                },
+            },
+        },
+    })
+}
+
+impl PluginPolicySpec {
+    /// The guard's rules under this policy.
+    pub fn rules(&self) -> guard::Policy {
+        let defaults = guard::Policy::default();
+        guard::Policy {
+            pod_security: self.pod_security.into(),
+            allow_secrets: self.allow_secrets,
+            service_types: match &self.service_types {
+                Some(types) => types.iter().map(|t| t.as_str().to_string()).collect(),
+                None => defaults.service_types,
+            },
+        }
+    }
+}
+
+/// How a policy selects one namespace, ordered from the most specific.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Match {
+    /// Named in `spec.namespaces`.
+    Named,
+    /// Selected by a selector with this many requirements (more sorts first).
+    Selected(std::cmp::Reverse<usize>),
+}
+
+/// The policies that select `namespace` (with `labels`), most specific first: the first governs.
+/// `protected` namespaces are selected only by name. Policies with a malformed selector select
+/// by name only.
+pub fn candidates<'a>(
+    policies: impl IntoIterator<Item = &'a PluginPolicy>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    protected: bool,
+) -> Vec<&'a PluginPolicy> {
+    let mut found: Vec<(Match, String, &PluginPolicy)> = policies
+        .into_iter()
+        .filter_map(|policy| {
+            let spec = &policy.spec;
+            let how = if spec.namespaces.iter().any(|n| n == namespace) {
+                Match::Named
+            } else if protected {
+                return None;
+            } else {
+                let selector = spec.namespace_selector.as_ref()?;
+                if !selector::matches(selector, labels).unwrap_or(false) {
+                    return None;
+                }
+                Match::Selected(std::cmp::Reverse(selector::requirements(selector)))
+            };
+            Some((how, policy.name_any(), policy))
+        })
+        .collect();
+    found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    found.into_iter().map(|(_, _, policy)| policy).collect()
+}
+
+/// What governs the plugins of one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Plans are held to `rules`, from the policy `policy` (`None`: the built-in default).
+    Governed {
+        /// The governing policy's name.
+        policy: Option<String>,
+        /// Its rules.
+        rules: guard::Policy,
+    },
+    /// No App may run here.
+    Refused {
+        /// Why, for the App's status.
+        reason: String,
+    },
+}
+
+/// Which rules govern `namespace` (with `labels`); `host_namespace` is protected like
+/// [`PROTECTED_NAMESPACES`].
+pub fn resolve<'a>(
+    policies: impl IntoIterator<Item = &'a PluginPolicy>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    host_namespace: Option<&str>,
+) -> Resolution {
+    let protected = is_protected(namespace, host_namespace);
+    match candidates(policies, namespace, labels, protected).first() {
+        Some(policy) => Resolution::Governed {
+            policy: Some(policy.name_any()),
+            rules: policy.spec.rules(),
+        },
+        None if protected => Resolution::Refused {
+            reason: format!(
+                "namespace {namespace} belongs to the cluster{}: Apps run here only if a \
+                 PluginPolicy names it in spec.namespaces",
+                if Some(namespace) == host_namespace {
+                    " (it is the wasmop host's own)"
+                } else {
+                    ""
+                }
+            ),
+        },
+        None => Resolution::Governed {
+            policy: None,
+            rules: guard::Policy::default(),
+        },
+    }
+}
+
+/// Whether `namespace` is refused to Apps unless a policy names it.
+pub fn is_protected(namespace: &str, host_namespace: Option<&str>) -> bool {
+    PROTECTED_NAMESPACES.contains(&namespace) || Some(namespace) == host_namespace
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::json;
+
+    use super::*;
+
+    fn policy(name: &str, spec: serde_json::Value) -> PluginPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .expect("a PluginPolicy")
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn governing(resolution: &Resolution) -> Option<&str> {
+        match resolution {
+            Resolution::Governed { policy, .. } => policy.as_deref(),
+            Resolution::Refused { .. } => Some("<refused>"),
+        }
+    }
+
+    #[test]
+    fn without_a_policy_the_built_in_default_applies() {
+        let got = resolve([], "team-a", &labels(&[]), None);
+        assert_eq!(
+            got,
+            Resolution::Governed {
+                policy: None,
+                rules: guard::Policy::default()
+            }
+        );
+    }
+
+    #[test]
+    fn the_most_specific_policy_wins() {
+        let all = policy(
+            "all",
+            json!({"namespaceSelector": {}, "podSecurity": "baseline"}),
+        );
+        let teams = policy(
+            "teams",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "podSecurity": "privileged"}),
+        );
+        let prod = policy(
+            "prod",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"},
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["prod"]}]}}),
+        );
+        let named = policy("named", json!({"namespaces": ["team-a-prod"]}));
+        let set = [all.clone(), teams.clone(), prod.clone(), named.clone()];
+        let team = labels(&[("team", "a")]);
+        let team_prod = labels(&[("team", "a"), ("tier", "prod")]);
+        assert_eq!(
+            governing(&resolve(&set, "other", &labels(&[]), None)),
+            Some("all")
+        );
+        assert_eq!(
+            governing(&resolve(&set, "team-a-dev", &team, None)),
+            Some("teams")
+        );
+        assert_eq!(
+            governing(&resolve(&set, "team-a-qa", &team_prod, None)),
+            Some("prod")
+        );
+        assert_eq!(
+            governing(&resolve(&set, "team-a-prod", &team_prod, None)),
+            Some("named")
+        );
+        let Resolution::Governed { rules, .. } = resolve(&set, "team-a-dev", &team, None) else {
+            panic!("governed");
+        };
+        assert_eq!(rules.pod_security, Level::Privileged);
+        assert_eq!(rules.service_types, ["ClusterIP"]);
+    }
+
+    #[test]
+    fn ties_go_to_the_first_name() {
+        let b = policy(
+            "b",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}}),
+        );
+        let a = policy(
+            "a",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}}),
+        );
+        let got = resolve([&b, &a], "ns", &labels(&[("team", "a")]), None);
+        assert_eq!(governing(&got), Some("a"));
+    }
+
+    #[test]
+    fn protected_namespaces_need_a_policy_that_names_them() {
+        let everything = policy("everything", json!({"namespaceSelector": {}}));
+        for ns in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "wasmop-system",
+        ] {
+            let got = resolve([&everything], ns, &labels(&[]), Some("wasmop-system"));
+            let Resolution::Refused { reason } = got else {
+                panic!("{ns} must be refused: {got:?}");
+            };
+            assert!(
+                reason.contains(ns) && reason.contains("spec.namespaces"),
+                "{reason}"
+            );
+        }
+        let named = policy("system", json!({"namespaces": ["kube-system"]}));
+        let got = resolve([&everything, &named], "kube-system", &labels(&[]), None);
+        assert_eq!(governing(&got), Some("system"));
+    }
+
+    #[test]
+    fn a_malformed_selector_selects_nothing() {
+        let bad = policy(
+            "bad",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "x", "operator": "In"}]},
+                   "podSecurity": "privileged"}),
+        );
+        assert_eq!(
+            governing(&resolve([&bad], "ns", &labels(&[("x", "y")]), None)),
+            None
+        );
+    }
+
+    #[test]
+    fn service_types_and_secrets_carry_into_the_rules() {
+        let open = policy(
+            "open",
+            json!({"namespaces": ["ns"], "serviceTypes": ["ClusterIP", "LoadBalancer"], "allowSecrets": true}),
+        );
+        let rules = open.spec.rules();
+        assert_eq!(rules.service_types, ["ClusterIP", "LoadBalancer"]);
+        assert!(rules.allow_secrets);
+        assert_eq!(rules.pod_security, Level::Restricted);
+    }
+
+    #[test]
+    fn crd_is_cluster_scoped_with_status_and_columns() {
+        let crd = PluginPolicy::crd();
+        assert_eq!(crd.spec.scope, "Cluster");
+        let version = &crd.spec.versions[0];
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(columns, ["PodSecurity", "Secrets", "Namespaces", "Age"]);
+        let yaml = serde_yaml::to_string(&crd).expect("serialises");
+        assert!(yaml.contains("In and NotIn need values"), "{yaml}");
+    }
+}

@@ -1,0 +1,394 @@
+//! The host's live view of PluginPolicies and namespace labels, shared by every App controller:
+//! [`PolicyView::resolve`] says which rules govern a namespace, [`PolicyView::subscribe`] ticks
+//! whenever a policy or a namespace's labels change (the controllers re-reconcile the Apps
+//! whose resolution changed), and [`PolicyView::run`] keeps the caches and every policy's
+//! status up to date.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{
+    PluginPolicy, PluginPolicyStatus, Resolution, STATUS_NAMESPACES, candidates, is_protected,
+    resolve, selector,
+};
+use crate::{crd_install::FIELD_MANAGER, watch_backoff::WatchBackoff};
+
+/// Policies and namespace labels, from reflectors.
+pub struct PolicyView {
+    policies: Store<PluginPolicy>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    host_namespace: Option<String>,
+    synced: AtomicBool,
+    changes: watch::Sender<u64>,
+}
+
+impl PolicyView {
+    /// An empty view: nothing resolves until [`PolicyView::run`] has synced both caches.
+    /// `host_namespace` (the host's own) is refused to Apps like kube-system.
+    pub fn new(host_namespace: Option<String>) -> (Arc<Self>, Writers) {
+        let (policies, policy_writer) = reflector::store();
+        let (namespaces, namespace_writer) = reflector::store();
+        let view = Arc::new(Self {
+            policies,
+            namespaces,
+            host_namespace,
+            synced: AtomicBool::new(false),
+            changes: watch::channel(0).0,
+        });
+        (
+            view,
+            Writers {
+                policies: policy_writer,
+                namespaces: namespace_writer,
+            },
+        )
+    }
+
+    /// The rules governing `namespace`; `None` until the caches have synced or while the
+    /// namespace is not in the cache yet (the caller waits rather than guess).
+    pub fn resolve(&self, namespace: &str) -> Option<Resolution> {
+        if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let meta = self.namespaces.get(&ObjectRef::new(namespace))?;
+        let policies = self.policies.state();
+        Some(resolve(
+            policies.iter().map(Arc::as_ref),
+            namespace,
+            &meta.labels().clone(),
+            self.host_namespace.as_deref(),
+        ))
+    }
+
+    /// Ticks after every change of a policy or of a namespace's labels.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Runs the policy and namespace watches and writes policy statuses, until dropped.
+    pub async fn run(self: Arc<Self>, client: Client, writers: Writers) {
+        let policies = reflector::reflector(
+            writers.policies,
+            watcher(
+                Api::<PluginPolicy>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .map(|event| event.is_ok());
+        let namespaces = reflector::reflector(
+            writers.namespaces,
+            watcher(
+                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .map(|event| event.is_ok());
+        let mut events = std::pin::pin!(futures::stream::select(policies, namespaces));
+        let status = tokio::spawn(Arc::clone(&self).write_statuses(client));
+        while let Some(ok) = events.next().await {
+            if !ok {
+                continue;
+            }
+            if !self.synced.load(Ordering::Acquire) {
+                // `touched_objects` yields nothing for an empty list, so readiness is polled
+                // on every event and on a timer (below) rather than awaited.
+                self.check_synced();
+            }
+            self.changed();
+        }
+        status.abort();
+    }
+
+    fn check_synced(&self) -> bool {
+        use futures::FutureExt;
+        let ready = self
+            .policies
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok())
+            && self
+                .namespaces
+                .wait_until_ready()
+                .now_or_never()
+                .is_some_and(|r| r.is_ok());
+        if ready && !self.synced.swap(true, Ordering::AcqRel) {
+            tracing::info!(
+                policies = self.policies.state().len(),
+                namespaces = self.namespaces.state().len(),
+                "policy caches synced"
+            );
+            self.changed();
+        }
+        ready
+    }
+
+    /// Writes each policy's status after changes, coalescing bursts.
+    async fn write_statuses(self: Arc<Self>, client: Client) {
+        let mut changes = self.subscribe();
+        let api: Api<PluginPolicy> = Api::all(client);
+        loop {
+            if !self.synced.load(Ordering::Acquire) {
+                self.check_synced();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            let policies = self.policies.state();
+            let namespaces: Vec<(String, BTreeMap<String, String>)> = self
+                .namespaces
+                .state()
+                .iter()
+                .map(|ns| (ns.name_any(), ns.labels().clone()))
+                .collect();
+            for policy in &policies {
+                let status = status_of(
+                    policy,
+                    policies.iter().map(Arc::as_ref),
+                    &namespaces,
+                    self.host_namespace.as_deref(),
+                );
+                if same_status(policy.status.as_ref(), &status) {
+                    continue;
+                }
+                let name = policy.name_any();
+                let patch = json!({
+                    "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
+                    "status": status,
+                });
+                if let Err(err) = api
+                    .patch_status(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await
+                {
+                    tracing::warn!(policy = %name, error = %err, "writing PluginPolicy status");
+                }
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            changes.borrow_and_update();
+        }
+    }
+}
+
+/// The reflector writers [`PolicyView::run`] fills.
+pub struct Writers {
+    policies: reflector::store::Writer<PluginPolicy>,
+    namespaces: reflector::store::Writer<PartialObjectMeta<Namespace>>,
+}
+
+/// Equal up to condition timestamps, so that an unchanged status is never written again.
+fn same_status(old: Option<&PluginPolicyStatus>, new: &PluginPolicyStatus) -> bool {
+    let Some(old) = old else { return false };
+    let key = |s: &PluginPolicyStatus| {
+        (
+            s.observed_generation,
+            s.namespace_count,
+            s.namespaces.clone(),
+            s.conditions
+                .iter()
+                .map(|c| {
+                    (
+                        c.type_.clone(),
+                        c.status.clone(),
+                        c.reason.clone(),
+                        c.message.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    key(old) == key(new)
+}
+
+/// What `policy`'s status should say, given every policy and every namespace's labels.
+pub fn status_of<'a>(
+    policy: &PluginPolicy,
+    policies: impl Iterator<Item = &'a PluginPolicy> + Clone,
+    namespaces: &[(String, BTreeMap<String, String>)],
+    host_namespace: Option<&str>,
+) -> PluginPolicyStatus {
+    let name = policy.name_any();
+    let mut governed = BTreeSet::new();
+    let mut shadowed = Vec::new();
+    for (namespace, labels) in namespaces {
+        let protected = is_protected(namespace, host_namespace);
+        let found = candidates(policies.clone(), namespace, labels, protected);
+        match found.iter().position(|p| p.name_any() == name) {
+            Some(0) => {
+                governed.insert(namespace.clone());
+            }
+            Some(_) => shadowed.push(format!("{namespace} (governed by {})", found[0].name_any())),
+            None => {}
+        }
+    }
+    let previous = policy
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let invalid = policy
+        .spec
+        .namespace_selector
+        .as_ref()
+        .and_then(|s| selector::matches(s, &BTreeMap::new()).err());
+    let valid = match &invalid {
+        None => condition(previous, "Valid", true, "Valid", String::new()),
+        Some(err) => condition(
+            previous,
+            "Valid",
+            false,
+            "InvalidSelector",
+            format!("spec.namespaceSelector.{err}: it selects no namespace"),
+        ),
+    };
+    let overlapping = if shadowed.is_empty() {
+        condition(previous, "Overlapping", false, "NoOverlap", String::new())
+    } else {
+        let more = shadowed.len().saturating_sub(5);
+        shadowed.truncate(5);
+        let mut message = format!(
+            "selects namespaces another policy governs: {}",
+            shadowed.join(", ")
+        );
+        if more > 0 {
+            message.push_str(&format!(" and {more} more"));
+        }
+        condition(previous, "Overlapping", true, "Shadowed", message)
+    };
+    PluginPolicyStatus {
+        observed_generation: policy.metadata.generation,
+        namespace_count: u32::try_from(governed.len()).unwrap_or(u32::MAX),
+        namespaces: governed.into_iter().take(STATUS_NAMESPACES).collect(),
+        conditions: vec![valid, overlapping],
+    }
+}
+
+/// A condition that keeps its `lastTransitionTime` while its status does not flip.
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(Timestamp::now()));
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message,
+        last_transition_time: since,
+        observed_generation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn policy(name: &str, spec: serde_json::Value) -> PluginPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
+            "metadata": {"name": name, "generation": 3}, "spec": spec,
+        }))
+        .expect("a PluginPolicy")
+    }
+
+    #[test]
+    fn status_names_what_a_policy_governs_and_where_it_is_shadowed() {
+        let broad = policy("broad", json!({"namespaceSelector": {}}));
+        let team = policy(
+            "team",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}}),
+        );
+        let all = [broad.clone(), team.clone()];
+        let namespaces = vec![
+            (
+                "a1".to_string(),
+                BTreeMap::from([("team".to_string(), "a".to_string())]),
+            ),
+            ("b1".to_string(), BTreeMap::new()),
+            ("kube-system".to_string(), BTreeMap::new()),
+        ];
+        let got = status_of(&broad, all.iter(), &namespaces, None);
+        assert_eq!(got.namespaces, ["b1"]);
+        assert_eq!(got.namespace_count, 1);
+        assert_eq!(got.observed_generation, Some(3));
+        let overlap = &got.conditions[1];
+        assert_eq!(
+            (overlap.type_.as_str(), overlap.status.as_str()),
+            ("Overlapping", "True")
+        );
+        assert!(
+            overlap.message.contains("a1 (governed by team)"),
+            "{}",
+            overlap.message
+        );
+        let got = status_of(&team, all.iter(), &namespaces, None);
+        assert_eq!(got.namespaces, ["a1"]);
+        assert_eq!(got.conditions[1].status, "False");
+        assert!(same_status(
+            Some(&got),
+            &status_of(&team, all.iter(), &namespaces, None)
+        ));
+    }
+
+    #[test]
+    fn a_malformed_selector_is_reported() {
+        let bad = policy(
+            "bad",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "x", "operator": "Exists", "values": ["y"]}]}}),
+        );
+        let got = status_of(&bad, [bad.clone()].iter(), &[], None);
+        assert_eq!(got.conditions[0].status, "False");
+        assert!(
+            got.conditions[0].message.contains("matchExpressions[0]"),
+            "{:?}",
+            got.conditions
+        );
+    }
+}

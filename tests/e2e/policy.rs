@@ -1,0 +1,191 @@
+//! PluginPolicy on the real control plane: a policy selected by namespace label relaxes the
+//! pod security level live (a hostPath volume) (no App change), tightening it again rejects the plan, a protected
+//! namespace (the host's own) refuses Apps until a policy names it, and each policy's status
+//! says what it governs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Namespace},
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use wasmop_host::{app::App, policy::PluginPolicy};
+
+use crate::{
+    apps::{Host, app, condition, wait_app},
+    harness::{Local, TestNamespace, plugin_configmap, unique, wait_for},
+};
+
+fn policy(name: &str, spec: serde_json::Value) -> anyhow::Result<PluginPolicy> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
+        "metadata": {"name": name}, "spec": spec,
+    }))?)
+}
+
+#[tokio::test]
+async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let tenant = TestNamespace::create(&client, "e2e-policy").await?;
+    let system = TestNamespace::create(&client, "e2e-policy-host").await?;
+    // Only this test's namespace carries the label, so the policy touches no other test.
+    let mark = unique("mark");
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &tenant.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"wasmop.dev/e2e-policy": mark}}})),
+        )
+        .await?;
+    for ns in [&tenant.name, &system.name] {
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
+            )
+            .await?;
+    }
+    let _host = Host::start_with(
+        &local,
+        &tenant.name,
+        &[
+            "--namespace",
+            &system.name,
+            "--host-namespace",
+            &system.name,
+        ],
+        &unique("policy-host"),
+    )
+    .await?;
+    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
+    let tenant_apps: Api<App> = Api::namespaced(client.clone(), &tenant.name);
+    let system_apps: Api<App> = Api::namespaced(client.clone(), &system.name);
+    tenant_apps
+        .create(
+            &PostParams::default(),
+            &app(
+                "wants-host-path",
+                from_cm.clone(),
+                "1.0.0",
+                json!({"fault": "host-path"}),
+            )?,
+        )
+        .await?;
+    system_apps
+        .create(
+            &PostParams::default(),
+            &app("in-host-ns", from_cm, "1.0.0", json!({"fault": "count"}))?,
+        )
+        .await?;
+
+    // Without a policy: restricted, and the host's namespace refused.
+    wait_app(
+        &tenant_apps,
+        "wants-host-path",
+        "rejected by default",
+        Duration::from_secs(60),
+        |a| {
+            condition(a, "Degraded").is_some_and(|c| {
+                c.1 == "PlanRejected"
+                    && c.2.contains("spec.template.spec.volumes[0].hostPath")
+                    && c.2.contains("built-in default policy")
+            })
+        },
+    )
+    .await?;
+    let refused = wait_app(
+        &system_apps,
+        "in-host-ns",
+        "refused",
+        Duration::from_secs(60),
+        |a| condition(a, "PluginReady").is_some_and(|c| c.1 == "NamespaceRefused"),
+    )
+    .await?;
+    let message = condition(&refused, "PluginReady").unwrap_or_default().2;
+    assert!(message.contains("host's own"), "{message}");
+    let system_cms: Api<ConfigMap> = Api::namespaced(client.clone(), &system.name);
+    assert!(
+        system_cms.get_opt("fault").await?.is_none(),
+        "a refused App planned"
+    );
+
+    // A policy selecting the tenant by label allows privileged pods, with no App change.
+    let policies: Api<PluginPolicy> = Api::all(client.clone());
+    let relaxed = unique("e2e-relaxed");
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(
+                &relaxed,
+                json!({"namespaceSelector": {"matchLabels": {"wasmop.dev/e2e-policy": mark}},
+                       "podSecurity": "privileged"}),
+            )?,
+        )
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &tenant.name);
+    wait_for(
+        "the host-path Deployment under the relaxed policy",
+        Duration::from_secs(30),
+        || async { Ok(deployments.get_opt("evil").await?) },
+    )
+    .await?;
+    let status = wait_for("the policy's status", Duration::from_secs(30), || async {
+        let p = policies.get(&relaxed).await?;
+        Ok(p.status.filter(|s| s.namespace_count == 1))
+    })
+    .await?;
+    assert_eq!(status.namespaces, std::slice::from_ref(&tenant.name));
+
+    // A policy that names the host's namespace lets its App run.
+    let named = unique("e2e-named");
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(&named, json!({"namespaces": [system.name]}))?,
+        )
+        .await?;
+    wait_for(
+        "the App in the host's namespace to plan",
+        Duration::from_secs(30),
+        || async { Ok(system_cms.get_opt("fault").await?) },
+    )
+    .await?;
+
+    // Tightening the policy rejects the next plan; what was applied stays as it was.
+    let before = deployments.get("evil").await?.resource_version();
+    policies
+        .patch(
+            &relaxed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"podSecurity": "baseline"}})),
+        )
+        .await?;
+    wait_app(
+        &tenant_apps,
+        "wants-host-path",
+        "rejected under baseline",
+        Duration::from_secs(30),
+        |a| {
+            condition(a, "Degraded").is_some_and(|c| {
+                c.1 == "PlanRejected"
+                    && c.2.contains("spec.template.spec.volumes[0].hostPath")
+                    && c.2.contains("baseline")
+                    && c.2.contains(&format!("PluginPolicy {relaxed}"))
+            })
+        },
+    )
+    .await?;
+    assert_eq!(deployments.get("evil").await?.resource_version(), before);
+
+    for name in [&relaxed, &named] {
+        policies.delete(name, &DeleteParams::default()).await?;
+    }
+    tenant.delete().await?;
+    system.delete().await
+}
