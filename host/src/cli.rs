@@ -186,6 +186,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub skip_crd_install: bool,
 
+    /// Most memory the plugin calls in flight may be capped at together (`512Mi`, `2Gi`, bytes);
+    /// calls beyond it wait. Default: the cgroup limit (else the machine's memory) less a
+    /// reserve for the host (a quarter, 192 MiB to 1 GiB).
+    #[arg(long, env = "WASMOP_MEMORY_BUDGET", value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+
     /// How long a watch or the API server's own `/readyz` may fail before `/readyz` reports
     /// not-ready (so a host that has lost its watches is seen, not trusted).
     #[arg(long, env = "WASMOP_UNREADY_AFTER", default_value = "10s", value_parser = parse_duration)]
@@ -204,6 +210,31 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log pipelines.
     Json,
+}
+
+/// Parses a size: bytes, or a number with `Ki`, `Mi` or `Gi` as Kubernetes quantities write it.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use Ki, Mi or Gi)"
+            ));
+        }
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 512Mi"))?;
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// Parses `250ms`, `10s`, `5m` or a plain number of seconds.
@@ -229,6 +260,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_as_quantities() {
+        assert_eq!(parse_bytes("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2Gi"), Ok(2 << 30));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("1GB").is_err_and(|e| e.contains("unknown unit")));
+        assert!(parse_bytes("Mi").is_err());
+        assert!(parse_bytes("99999999999999Gi").is_err_and(|e| e.contains("too large")));
+    }
 
     #[test]
     fn durations_parse_with_units() {

@@ -13,8 +13,8 @@ use crate::{
     controller, crd_install,
     leader::LeaderElector,
     plugin::{
-        cache::Cache, engine::PluginEngine, metrics::PluginMetrics, registry::PluginRegistry,
-        source::oci::OciSource, watch::SourceWatcher,
+        budget::MemoryBudget, cache::Cache, engine::PluginEngine, metrics::PluginMetrics,
+        registry::PluginRegistry, source::oci::OciSource, watch::SourceWatcher,
     },
     policy::view::PolicyView,
     probes::Probes,
@@ -31,7 +31,12 @@ pub struct PluginRuntime {
 impl PluginRuntime {
     /// Builds the runtime from the command line and registers its metrics.
     pub fn start(args: &RunArgs, client: &Client, metrics: &mut Registry) -> anyhow::Result<Self> {
-        let engine = PluginEngine::new()
+        let (budget, from) = match args.memory_budget {
+            Some(bytes) => (MemoryBudget::new(bytes), "--memory-budget".to_string()),
+            None => MemoryBudget::from_cgroup(),
+        };
+        info!(mib = budget.total_bytes() >> 20, from = %from, "plugin memory budget");
+        let engine = PluginEngine::with_budget(budget)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
         let cache = Cache::open(&dir)

@@ -438,17 +438,21 @@ async fn a_bad_version_never_replaces_a_good_one() {
     assert_eq!(in_flight.compiled.metadata.name, "hello");
     let app = app(json!({"message": "still here"}));
     let result = in_flight
-        .run("spec-diff", move |plugin, engine| {
-            let cx = AppContext::new(&app, [], 0);
-            plugin.call_plan(
-                engine,
-                &CallLimits::default(),
-                CallTags::default(),
-                &cx,
-                None,
-                "1",
-            )
-        })
+        .run(
+            "spec-diff",
+            CallLimits::default().memory_bytes,
+            move |plugin, engine| {
+                let cx = AppContext::new(&app, [], 0);
+                plugin.call_plan(
+                    engine,
+                    &CallLimits::default(),
+                    CallTags::default(),
+                    &cx,
+                    None,
+                    "1",
+                )
+            },
+        )
         .await
         .expect("the old version finishes its call");
     assert_eq!(result.objects.len(), 2);

@@ -15,6 +15,7 @@ use wasmtime::{
 
 use super::{
     bindings::wasmop::plugin::log,
+    budget::MemoryBudget,
     clock,
     limits::{EPOCH_TICK, MAX_MEMORY_BYTES},
     sandbox::CallState,
@@ -32,11 +33,18 @@ pub struct PluginEngine {
     engine: Engine,
     linker: Linker<CallState>,
     fingerprint: String,
+    budget: MemoryBudget,
 }
 
 impl PluginEngine {
-    /// Builds the engine and starts its epoch ticker (a thread that lives as long as the engine).
+    /// Builds the engine with no memory budget (one call at a time: the CLI, benchmarks).
     pub fn new() -> wasmtime::Result<Arc<Self>> {
+        Self::with_budget(MemoryBudget::unlimited())
+    }
+
+    /// Builds the engine, whose calls share `budget`, and starts its epoch ticker (a thread
+    /// that lives as long as the engine).
+    pub fn with_budget(budget: MemoryBudget) -> wasmtime::Result<Arc<Self>> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(MAX_CONCURRENT_INSTANCES)
             // Rust components built for wasip2 carry a handful of core instances and memories
@@ -79,10 +87,16 @@ impl PluginEngine {
             engine,
             linker,
             fingerprint,
+            budget,
         });
         spawn_epoch_ticker(Arc::downgrade(&this))
             .map_err(|err| wasmtime::format_err!("starting the epoch ticker thread: {err}"))?;
         Ok(this)
+    }
+
+    /// The memory budget its calls share.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
     }
 
     /// The wasmtime engine.

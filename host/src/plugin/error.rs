@@ -117,6 +117,17 @@ pub enum CallError {
         /// The cap in force.
         limit_mib: u64,
     },
+    /// The call did not get its share of the host's memory budget in time; it never ran.
+    #[error("plugin {plugin} was not called for {interface}: {source}")]
+    OverBudget {
+        /// Plugin name and digest.
+        plugin: String,
+        /// The WIT interface to call.
+        interface: &'static str,
+        /// How long it waited, for how much.
+        #[source]
+        source: super::budget::BudgetError,
+    },
     /// The guest answered, but with something the host will not use.
     #[error("plugin {plugin} returned bad output from {interface}: {reason}")]
     BadOutput {
@@ -161,6 +172,7 @@ impl CallError {
             Self::Trap { .. } => "PluginTrapped",
             Self::DeadlineExceeded { .. } => "DeadlineExceeded",
             Self::MemoryExceeded { .. } => "MemoryExceeded",
+            Self::OverBudget { .. } => "MemoryBudget",
             Self::BadOutput { .. } => "BadOutput",
             Self::Refused { kind, .. } if kind == "invalid-config" => "InvalidConfig",
             Self::Refused { .. } => "PluginError",

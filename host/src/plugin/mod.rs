@@ -12,6 +12,7 @@
 use std::fmt;
 
 pub mod bindings;
+pub mod budget;
 pub mod cache;
 pub mod call;
 pub mod clock;

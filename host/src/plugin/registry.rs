@@ -48,6 +48,7 @@ impl LoadedPlugin {
     pub async fn run<R, F>(
         self: &Arc<Self>,
         interface: &'static str,
+        memory_bytes: u64,
         call: F,
     ) -> Result<R, CallError>
     where
@@ -57,10 +58,33 @@ impl LoadedPlugin {
         let this = Arc::clone(self);
         let plugin = self.compiled.label();
         let start = Instant::now();
+        // The share is held by the thread, not this future: a call abandoned at the wall-clock
+        // cap below still holds its memory until its thread is done with it.
+        let reservation = match self
+            .engine
+            .budget()
+            .reserve(memory_bytes, super::budget::MAX_WAIT)
+            .await
+        {
+            Ok(reservation) => reservation,
+            Err(source) => {
+                let err = CallError::OverBudget {
+                    plugin,
+                    interface,
+                    source,
+                };
+                self.metrics
+                    .call(interface, start.elapsed().as_secs_f64(), Some(err.reason()));
+                return Err(err);
+            }
+        };
         // Epoch interruption stops running Wasm, not a guest blocked inside a WASI call (a
         // sleep, say); the wall-clock cap frees the reconcile either way. The blocked thread
         // itself runs on until the guest's wait ends.
-        let task = tokio::task::spawn_blocking(move || call(&this.compiled, &this.engine));
+        let task = tokio::task::spawn_blocking(move || {
+            let _held = reservation;
+            call(&this.compiled, &this.engine)
+        });
         let result = match tokio::time::timeout(WALL_CLOCK_CAP, task).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => Err(CallError::Host {

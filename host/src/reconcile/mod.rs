@@ -346,9 +346,13 @@ impl Caller {
     {
         let this = self.clone();
         self.loaded
-            .run(interface, move |plugin, engine| {
-                call(plugin, engine, &this.limits, this.tags.clone(), &this.input)
-            })
+            .run(
+                interface,
+                self.limits.memory_bytes,
+                move |plugin, engine| {
+                    call(plugin, engine, &this.limits, this.tags.clone(), &this.input)
+                },
+            )
             .await
     }
 }
@@ -380,10 +384,14 @@ async fn run_stages(
     let name = app.name_any();
     let uid = app.uid().unwrap_or_default();
     let policy = &governing.rules;
-    let limits = CallLimits::with_overrides(
+    let mut limits = CallLimits::with_overrides(
         app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
         app.spec.limits.as_ref().and_then(|l| l.memory_mib),
     );
+    // A cap the whole budget could not cover would wait forever; it gets what the budget has.
+    limits.memory_bytes = limits
+        .memory_bytes
+        .min(loaded.engine().budget().max_call_bytes());
     let caps = &loaded.compiled.capabilities;
     use crate::plugin::Capability as C;
 
@@ -850,9 +858,12 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     };
     let input = AppContext::new(app, &retained, now_ms());
     let tg = tags(&loaded, app);
-    let limits = CallLimits::default();
+    let mut limits = CallLimits::default();
+    limits.memory_bytes = limits
+        .memory_bytes
+        .min(loaded.engine().budget().max_call_bytes());
     let decision = loaded
-        .run("finalize", move |p, e| {
+        .run("finalize", limits.memory_bytes, move |p, e| {
             p.call_finalize(e, &limits, tg, &input)
         })
         .await;

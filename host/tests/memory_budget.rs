@@ -1,0 +1,112 @@
+//! The memory budget with real wasmtime and the fault plugin: 8 calls each capped at 256 MiB,
+//! each allocating until it hits its cap, run at once under a 512 MiB budget. Without the
+//! budget they would touch 2 GiB together; with it at most one holds its cap at a time, every
+//! call ends with MemoryExceeded (or waited for budget and says so), and the process's peak RSS
+//! grows by less than the budget. Its own test binary, so that the peak is this test's alone.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use serde_json::json;
+use wasmop_host::plugin::{
+    CallError,
+    budget::MemoryBudget,
+    engine::PluginEngine,
+    input::AppContext,
+    limits::CallLimits,
+    metrics::PluginMetrics,
+    registry::{Offer, PluginRegistry},
+    sandbox::CallTags,
+    source::{Fetched, SourceRef},
+};
+
+fn component(file: &str) -> Vec<u8> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("wasm32-wasip2/release");
+    let path = dir.join(file);
+    std::fs::read(&path)
+        .unwrap_or_else(|err| panic!("{}: {err}; build it with tests/run.sh", path.display()))
+}
+
+/// The process's peak resident set (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("a number of kB");
+    kib * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_budget_wait_instead_of_exhausting_the_host() {
+    const BUDGET: u64 = 512 << 20;
+    let engine = PluginEngine::with_budget(MemoryBudget::new(BUDGET)).expect("engine");
+    let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+    let source = SourceRef::Oci("127.0.0.1:1/plugins/fault:1".into());
+    let Offer::Loaded(fault) = registry
+        .offer(&source, Fetched::new(component("fault_plugin.wasm")))
+        .await
+    else {
+        panic!("the fault plugin loads");
+    };
+    let limits = CallLimits {
+        deadline: Duration::from_secs(2),
+        ..CallLimits::with_overrides(None, Some(256))
+    };
+    assert_eq!(limits.memory_bytes, 256 << 20);
+    let app = Arc::new(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": "t", "namespace": "default", "uid": "u", "generation": 1},
+        "spec": {"plugin": {"image": "x"}, "version": "1", "config": {"fault": "memory"}},
+    }));
+    let before = peak_rss();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let (fault, app) = (Arc::clone(&fault), Arc::clone(&app));
+            tokio::spawn(async move {
+                fault
+                    .run("spec-diff", limits.memory_bytes, move |plugin, engine| {
+                        let cx = AppContext::new(app.as_ref(), [], 0);
+                        plugin.call_plan(engine, &limits, CallTags::default(), &cx, None, "1")
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut exceeded = 0;
+    for call in calls {
+        match call.await.expect("joined") {
+            Err(CallError::MemoryExceeded { limit_mib, .. }) => {
+                assert_eq!(limit_mib, 256);
+                exceeded += 1;
+            }
+            Err(err @ CallError::OverBudget { .. }) => {
+                assert!(
+                    err.to_string().contains("512 MiB plugin memory budget"),
+                    "{err}"
+                );
+            }
+            other => panic!("a call allocating past its cap ended with {other:?}"),
+        }
+    }
+    let grown = peak_rss().saturating_sub(before);
+    println!(
+        "8 calls at 256 MiB under a 512 MiB budget: {exceeded} hit their cap, peak RSS grew {} MiB",
+        grown >> 20
+    );
+    assert!(exceeded >= 1, "at least one call ran to its cap");
+    assert!(
+        grown < BUDGET,
+        "peak RSS grew {} MiB, past the {} MiB budget",
+        grown >> 20,
+        BUDGET >> 20
+    );
+    assert!(registry.get(&source).current.is_some());
+}
