@@ -239,6 +239,21 @@ impl CompiledPlugin {
             owns: info.owns.iter().map(kind).collect(),
             observes: info.observes.iter().map(kind).collect(),
         };
+        let too_long = [
+            ("version", metadata.version.len(), 64),
+            ("description", metadata.description.len(), 1024),
+            ("owns", metadata.owns.len(), MAX_LISTED),
+            ("observes", metadata.observes.len(), MAX_LISTED),
+        ]
+        .into_iter()
+        .find(|(_, len, max)| len > max);
+        if let Some((field, len, max)) = too_long {
+            return Err(CallError::BadOutput {
+                plugin: self.label(),
+                interface: "metadata",
+                reason: format!("metadata {field} has {len} bytes or entries; at most {max}"),
+            });
+        }
         if metadata.name.is_empty() || metadata.name.len() > 63 {
             return Err(CallError::BadOutput {
                 plugin: self.label(),
@@ -401,6 +416,15 @@ impl CompiledPlugin {
             },
         )?;
         let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
+        if decision.expire.len() > MAX_LISTED {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{} slots to expire; at most {MAX_LISTED} per call",
+                    decision.expire.len()
+                ),
+            ));
+        }
         for slot in decision
             .expire
             .iter()
@@ -496,6 +520,20 @@ impl CompiledPlugin {
             },
         )?;
         let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
+        let listed = decision.delete.len() + decision.keep.len();
+        if listed > MAX_LISTED {
+            return Err(self.bad(
+                capability,
+                format!("{listed} objects to delete or keep; at most {MAX_LISTED}"),
+            ));
+        }
+        let size: usize = decision
+            .delete
+            .iter()
+            .chain(&decision.keep)
+            .map(|r| r.api_version.len() + r.kind.len() + r.name.len())
+            .sum();
+        self.check_size(capability, limits, size)?;
         let convert = |r: guest::finalize::ObjectRef| ObjectRef {
             api_version: r.api_version,
             kind: r.kind,
@@ -551,6 +589,10 @@ impl CompiledPlugin {
             .collect()
     }
 }
+
+/// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
+/// to expire, objects to delete or keep): a plugin of one App has no use for more.
+const MAX_LISTED: usize = 64;
 
 /// Condition types the host writes itself; a plugin's own conditions must use other names.
 const RESERVED_CONDITIONS: [&str; 5] = [

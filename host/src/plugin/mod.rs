@@ -22,6 +22,7 @@ pub mod engine;
 pub mod error;
 pub mod input;
 pub mod limits;
+pub mod log_limit;
 pub mod metrics;
 pub mod object;
 pub mod registry;

@@ -32,6 +32,9 @@ pub struct CallState {
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
     tags: CallTags,
+    /// Log records this call emitted, and how many of them were dropped.
+    logged: u32,
+    dropped: u32,
 }
 
 /// `wasi:clocks/wall-clock` for one call: the host's `now`, fixed.
@@ -85,6 +88,8 @@ impl CallState {
             stdout,
             stderr,
             tags,
+            logged: 0,
+            dropped: 0,
         }
     }
 
@@ -145,6 +150,7 @@ impl WasiView for CallState {
 /// The host implementation of the `log` import: structured events into tracing.
 impl log::Host for CallState {
     fn emit(&mut self, level: log::Level, message: String, fields: Vec<log::Field>) {
+        use super::log_limit::{self, MAX_FIELD_BYTES, MAX_FIELDS, MAX_MESSAGE_BYTES};
         // Plugins log on every call (kvstore's plan at debug); joining the fields for an event
         // nobody subscribed to would be work on every call.
         let enabled = match level {
@@ -157,11 +163,39 @@ impl log::Host for CallState {
         if !enabled {
             return;
         }
-        let fields = fields
+        self.logged = self.logged.saturating_add(1);
+        if self.logged > log_limit::MAX_RECORDS_PER_CALL
+            || !log_limit::admit(&self.tags.plugin, std::time::Instant::now())
+        {
+            self.dropped = self.dropped.saturating_add(1);
+            if self.dropped == 1 {
+                tracing::warn!(
+                    plugin = %self.tags.plugin,
+                    app = %self.tags.app,
+                    "plugin logs too much: dropping its records (at most {} per call, {} a second)",
+                    log_limit::MAX_RECORDS_PER_CALL,
+                    log_limit::RATE_PER_SECOND
+                );
+            }
+            return;
+        }
+        let cut = fields.len().saturating_sub(MAX_FIELDS);
+        let mut fields = fields
             .iter()
-            .map(|f| format!("{}={}", f.key, f.value))
+            .take(MAX_FIELDS)
+            .map(|f| {
+                format!(
+                    "{}={}",
+                    log_limit::truncate(&f.key, MAX_FIELD_BYTES),
+                    log_limit::truncate(&f.value, MAX_FIELD_BYTES)
+                )
+            })
             .collect::<Vec<_>>()
             .join(" ");
+        if cut > 0 {
+            fields.push_str(&format!(" (+{cut} fields cut)"));
+        }
+        let message = log_limit::truncate(&message, MAX_MESSAGE_BYTES);
         let (plugin, app) = (&self.tags.plugin, &self.tags.app);
         match level {
             log::Level::Trace => tracing::trace!(%plugin, %app, %fields, "{message}"),
@@ -256,6 +290,44 @@ mod tests {
         });
         let bytes = captured.0.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn a_flood_of_huge_records_is_cut_and_capped_per_call() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let tags = CallTags {
+                plugin: "flood@abc".into(),
+                app: "shop/flood".into(),
+            };
+            let mut state = CallState::new(tags, &CallLimits::default(), 0);
+            for _ in 0..1000 {
+                let fields = (0..100)
+                    .map(|i| log::Field {
+                        key: format!("k{i}"),
+                        value: "v".repeat(10_000),
+                    })
+                    .collect();
+                log::Host::emit(&mut state, log::Level::Info, "x".repeat(1 << 20), fields);
+            }
+        });
+        let bytes = captured.0.lock().map(|b| b.clone()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().collect();
+        // 32 records and the one warning that the rest were dropped.
+        assert_eq!(lines.len(), 33, "{}", lines.len());
+        assert!(lines.iter().any(|l| l.contains("plugin logs too much")));
+        let longest = lines.iter().map(|l| l.len()).max().unwrap_or(0);
+        assert!(
+            longest < 8 << 10,
+            "a record of {longest} bytes reached the log"
+        );
+        assert!(text.contains("(+84 fields cut)"), "{}", &text[..500]);
     }
 
     #[test]
