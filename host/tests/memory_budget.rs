@@ -4,9 +4,12 @@
 //! call ends with MemoryExceeded (or waited for budget and says so), and the process's peak RSS
 //! grows by less than the budget. Its own test binary, so that the peak is this test's alone.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+mod support;
+
+use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
+use support::{component, peak_rss};
 use wasmop_host::plugin::{
     CallError,
     budget::MemoryBudget,
@@ -18,31 +21,6 @@ use wasmop_host::plugin::{
     sandbox::CallTags,
     source::{Fetched, SourceRef},
 };
-
-fn component(file: &str) -> Vec<u8> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("wasm32-wasip2/release");
-    let path = dir.join(file);
-    std::fs::read(&path)
-        .unwrap_or_else(|err| panic!("{}: {err}; build it with tests/run.sh", path.display()))
-}
-
-/// The process's peak resident set (`VmHWM`), in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("a number of kB");
-    kib * 1024
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_past_the_budget_wait_instead_of_exhausting_the_host() {

@@ -4,8 +4,9 @@
 //! The components are built by `tests/run.sh` (`plugins/build.sh` and the fault plugins) into
 //! `$CARGO_TARGET_DIR/wasm32-wasip2/release/`.
 
+mod support;
+
 use std::{
-    path::PathBuf,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -15,6 +16,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
+use support::component;
 use wasmop_host::plugin::{
     CallError, Capability, Digest, LoadError,
     cache::Cache,
@@ -27,28 +29,6 @@ use wasmop_host::plugin::{
     sandbox::CallTags,
     source::{Fetched, SourceRef},
 };
-
-fn wasm_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(dir).join("wasm32-wasip2/release");
-    }
-    // target/debug/deps/runtime-xxxx -> target
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.ancestors()
-        .nth(3)
-        .expect("inside a cargo target directory")
-        .join("wasm32-wasip2/release")
-}
-
-fn component(file: &str) -> Vec<u8> {
-    let path = wasm_dir().join(file);
-    std::fs::read(&path).unwrap_or_else(|err| {
-        panic!(
-            "{}: {err}; build the test components with tests/run.sh or plugins/build.sh",
-            path.display()
-        )
-    })
-}
 
 fn prepare(engine: &PluginEngine, file: &str) -> Result<CompiledPlugin, LoadError> {
     let bytes = component(file);
@@ -142,7 +122,7 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
         memory_bytes: 32 << 20,
         max_output_bytes: 1 << 20,
     };
-    let cases: [FaultCase; 7] = [
+    let cases: [FaultCase; 10] = [
         (
             "panic",
             |e| matches!(e, CallError::Trap { .. }),
@@ -167,6 +147,22 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
             "huge-output",
             |e| matches!(e, CallError::BadOutput { .. }),
             "byte cap",
+        ),
+        // Lists whose entries alias one buffer: the host copies out no more than its cap.
+        (
+            "alias-output",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "byte cap",
+        ),
+        (
+            "alias-list",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "bytes to the host in one transfer",
+        ),
+        (
+            "alias-log",
+            |e| matches!(e, CallError::BadOutput { .. }),
+            "bytes to the host in one transfer",
         ),
         (
             "malformed-json",

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Namespace},
+    networking::v1::NetworkPolicy,
 };
 use kube::{
     Api, ResourceExt,
@@ -188,4 +189,124 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
     }
     tenant.delete().await?;
     system.delete().await
+}
+
+/// `extraKinds`: a NetworkPolicy is refused under the default policy, applied (owned by the
+/// App) once a policy naming the namespace adds the kind, and pruned when the plan drops it;
+/// a policy asking for an RBAC kind says in its status that it is refused.
+#[tokio::test]
+async fn extra_kinds_are_planned_observed_and_pruned_only_where_a_policy_adds_them()
+-> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-extra").await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
+        )
+        .await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "netpol",
+            from_cm,
+            "1.0.0",
+            json!({"fault": "network-policy"}),
+        )?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "netpol",
+        "refused by default",
+        Duration::from_secs(60),
+        |a| {
+            condition(a, "Degraded").is_some_and(|c| {
+                c.1 == "PlanRejected"
+                    && c.2
+                        .contains("networking.k8s.io/v1/NetworkPolicy is not an allowed kind")
+            })
+        },
+    )
+    .await?;
+
+    let policies: Api<PluginPolicy> = Api::all(client.clone());
+    let name = unique("e2e-extra");
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(
+                &name,
+                json!({"namespaces": [ns.name], "extraKinds": [
+                    {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "resource": "networkpolicies"},
+                    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "resource": "rolebindings"},
+                ]}),
+            )?,
+        )
+        .await?;
+    let netpols: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns.name);
+    let applied = wait_for(
+        "the NetworkPolicy under the policy",
+        Duration::from_secs(30),
+        || async { Ok(netpols.get_opt("deny-ingress").await?) },
+    )
+    .await?;
+    let owner = applied.owner_references();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.kind == "App" && o.name == "netpol" && o.controller == Some(true)),
+        "{owner:?}"
+    );
+    let status = wait_for("the policy's status", Duration::from_secs(30), || async {
+        Ok(policies
+            .get(&name)
+            .await?
+            .status
+            .filter(|s| !s.conditions.is_empty()))
+    })
+    .await?;
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .ok_or_else(|| anyhow::anyhow!("no Valid condition"))?;
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "KindRefused")
+    );
+    assert!(
+        valid
+            .message
+            .contains("extraKinds[1] rbac.authorization.k8s.io/v1/RoleBinding"),
+        "{}",
+        valid.message
+    );
+
+    // The plan drops the NetworkPolicy: the host observed it (listed by label) and prunes it.
+    apps.patch(
+        "netpol",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"config": {"fault": "none"}}})),
+    )
+    .await?;
+    wait_for(
+        "the NetworkPolicy to be pruned",
+        Duration::from_secs(30),
+        || async {
+            Ok(netpols
+                .get_opt("deny-ingress")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+
+    policies.delete(&name, &DeleteParams::default()).await?;
+    ns.delete().await
 }

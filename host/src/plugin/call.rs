@@ -3,7 +3,12 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use wasmtime::{Store, Trap, component::Instance};
+use wasmtime::{
+    Store, Trap,
+    component::{
+        ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower, WasmList, WasmStr,
+    },
+};
 
 use super::{
     CallError, Capability,
@@ -11,6 +16,7 @@ use super::{
     compile::{CompiledPlugin, PluginMetadata},
     engine::PluginEngine,
     input::AppContext,
+    lift::{self, Reader, StoreReader},
     limits::CallLimits,
     object::PluginObject,
     sandbox::{CallState, CallTags},
@@ -104,25 +110,15 @@ pub struct CleanupDecision {
     pub keep: Vec<ObjectRef>,
 }
 
-/// Converts one interface's generated `plugin-error` into a [`CallError::Refused`]; each WIT
-/// interface has its own copy of the type, so this is written once as a macro.
-macro_rules! refused {
-    ($iface:ident, $plugin:expr, $capability:expr, $err:expr) => {{
-        let err = $err;
-        let kind = match err.kind {
-            guest::$iface::ErrorKind::InvalidConfig => "invalid-config",
-            guest::$iface::ErrorKind::InvalidInput => "invalid-input",
-            guest::$iface::ErrorKind::Internal => "internal",
-        };
-        CallError::Refused {
-            plugin: $plugin,
-            interface: $capability.interface(),
-            kind: kind.to_string(),
-            message: err.message,
-            field: err.field,
-        }
-    }};
+/// One export to call: which capability, and its function's index (absent when the component
+/// does not export the capability).
+struct Export<'a> {
+    interface: &'static str,
+    index: Option<&'a ComponentExportIndex>,
 }
+
+/// The result every capability function returns, its answer lifted as views (see [`lift`]).
+type Answer<R> = (Result<R, lift::PluginError>,);
 
 impl CompiledPlugin {
     /// Runs `f` against a fresh instance in a fresh Store with `limits`, and turns whatever went
@@ -140,6 +136,7 @@ impl CompiledPlugin {
         let mut store = Store::new(engine.engine(), state);
         store.limiter(|state| state.limiter());
         store.set_epoch_deadline(limits.deadline_ticks());
+        store.set_hostcall_fuel(limits.transfer_bytes());
         let result = self
             .pre
             .instantiate(&mut store)
@@ -152,6 +149,13 @@ impl CompiledPlugin {
                     plugin,
                     interface,
                     limit_mib: limits.memory_bytes >> 20,
+                };
+            }
+            if let Some(reason) = overreach(&err, limits) {
+                return CallError::BadOutput {
+                    plugin,
+                    interface,
+                    reason,
                 };
             }
             match err.downcast_ref::<Trap>() {
@@ -177,33 +181,150 @@ impl CompiledPlugin {
         })
     }
 
-    /// Runs `call` against the capability's export `indices`, or reports it unsupported.
+    /// Calls one exported function with `params` and hands its answer, still in guest memory,
+    /// to `read`, which copies out what it needs through a [`lift::Reader`] bounded by the
+    /// output cap. A plugin's own error becomes [`CallError::Refused`], a bad answer
+    /// [`CallError::BadOutput`].
     // Each argument is a separate input of the call; bundling them would only move the list.
     #[allow(clippy::too_many_arguments)]
-    fn invoke<I, R>(
+    fn call_export<P, R, T>(
         &self,
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
         now_ms: i64,
-        capability: Capability,
-        indices: &Option<I>,
-        call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
-        let Some(indices) = indices else {
+        export: Export<'_>,
+        params: P,
+        read: impl FnOnce(&mut StoreReader<'_>, R) -> Result<T, String>,
+    ) -> Result<T, CallError>
+    where
+        P: ComponentNamedList + Lower,
+        R: Lift + 'static,
+    {
+        let Export { interface, index } = export;
+        let Some(index) = index else {
             return Err(CallError::Unsupported {
                 plugin: self.label(),
-                interface: capability.interface(),
+                interface,
             });
         };
-        self.with_instance(
+        let answer = self.with_instance(
             engine,
-            capability.interface(),
+            interface,
             limits,
             tags,
             now_ms,
-            |store, instance| call(indices, store, instance),
+            |store, instance| {
+                let func = instance.get_typed_func::<P, Answer<R>>(&mut *store, index)?;
+                let (answer,) = func.call(&mut *store, params)?;
+                let mut reader = Reader::new(store, limits.max_output_bytes);
+                Ok(match answer {
+                    Ok(value) => read(&mut reader, value).map_err(Err),
+                    Err(err) => Err(Self::read_refusal(&mut reader, &err)),
+                })
+            },
+        )?;
+        answer.map_err(|err| match err {
+            Ok((kind, message, field)) => CallError::Refused {
+                plugin: self.label(),
+                interface,
+                kind: kind.to_string(),
+                message,
+                field,
+            },
+            Err(reason) => self.bad_in(interface, reason),
+        })
+    }
+
+    /// A plugin's own error, copied out: its kind, message and field; or why it is unreadable.
+    fn read_refusal(
+        reader: &mut StoreReader<'_>,
+        err: &lift::PluginError,
+    ) -> Result<(&'static str, String, Option<String>), String> {
+        let message = reader
+            .string(&err.message)
+            .map_err(|reason| format!("its error message {reason}"))?;
+        let field = reader
+            .optional(&err.field)
+            .map_err(|reason| format!("its error field {reason}"))?;
+        Ok((err.kind.as_str(), message, field))
+    }
+
+    /// The export of `capability` for [`Self::call_export`].
+    fn export(&self, capability: Capability) -> Export<'_> {
+        let index = match capability {
+            Capability::SpecDiff => self.exports.spec_diff.as_ref(),
+            Capability::Health => self.exports.health.as_ref(),
+            Capability::Backup => self.exports.backup.as_ref(),
+            Capability::Upgrade => self.exports.upgrade.as_ref(),
+            Capability::Finalize => self.exports.finalize.as_ref(),
+        };
+        Export {
+            interface: capability.interface(),
+            index,
+        }
+    }
+
+    /// Looks every function this component exports up in one instance, which checks its type
+    /// against what the host calls it with: a mismatch is found at load, not on a first call.
+    pub(super) fn check_export_types(&self, engine: &PluginEngine) -> Result<(), String> {
+        use guest::{backup, finalize, health, spec_diff, upgrade};
+        let limits = CallLimits::default();
+        self.with_instance(
+            engine,
+            "metadata",
+            &limits,
+            CallTags::default(),
+            0,
+            |store, i| {
+                fn check<P: ComponentNamedList + Lower, R: ComponentNamedList + Lift>(
+                    store: &mut Store<CallState>,
+                    instance: &Instance,
+                    index: Option<&ComponentExportIndex>,
+                    name: &str,
+                ) -> wasmtime::Result<()> {
+                    if let Some(index) = index {
+                        instance
+                            .get_typed_func::<P, R>(&mut *store, index)
+                            .map_err(|err| err.context(format!("{name} has the wrong type")))?;
+                    }
+                    Ok(())
+                }
+                let e = &self.exports;
+                check::<(), (lift::Info,)>(store, i, Some(&e.metadata), "metadata.get")?;
+                check::<(spec_diff::PlanInput<'_>,), Answer<lift::Desired>>(
+                    store,
+                    i,
+                    e.spec_diff.as_ref(),
+                    "spec-diff.plan",
+                )?;
+                check::<(health::CheckInput<'_>,), Answer<lift::Report>>(
+                    store,
+                    i,
+                    e.health.as_ref(),
+                    "health.check",
+                )?;
+                check::<(backup::ScheduleInput<'_>,), Answer<lift::ScheduleDecision>>(
+                    store,
+                    i,
+                    e.backup.as_ref(),
+                    "backup.schedule",
+                )?;
+                check::<(upgrade::GateInput<'_>,), Answer<lift::GateDecision>>(
+                    store,
+                    i,
+                    e.upgrade.as_ref(),
+                    "upgrade.gate",
+                )?;
+                check::<(finalize::CleanupInput<'_>,), Answer<lift::CleanupDecision>>(
+                    store,
+                    i,
+                    e.finalize.as_ref(),
+                    "finalize.cleanup",
+                )
+            },
         )
+        .map_err(|err| err.to_string())
     }
 
     /// Calls `metadata.get`: the smoke test at load, and what the plugin says about itself.
@@ -213,58 +334,67 @@ impl CompiledPlugin {
         limits: &CallLimits,
         tags: CallTags,
     ) -> Result<(PluginMetadata, BTreeSet<Capability>), CallError> {
-        // metadata gets no input, so its wall clock reads the epoch: same answer every time.
-        let info = self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
-            self.exports
-                .metadata
-                .load(&mut *store, instance)?
-                .call_get(&mut *store)
-        })?;
-        let kind = |k: &guest::metadata::KindRef| format!("{}/{}", k.api_version, k.kind);
-        let claimed = info
-            .capabilities
-            .iter()
-            .map(|c| match c {
-                guest::metadata::Capability::SpecDiff => Capability::SpecDiff,
-                guest::metadata::Capability::Health => Capability::Health,
-                guest::metadata::Capability::Backup => Capability::Backup,
-                guest::metadata::Capability::Upgrade => Capability::Upgrade,
-                guest::metadata::Capability::Finalize => Capability::Finalize,
-            })
-            .collect();
-        let metadata = PluginMetadata {
-            name: info.name,
-            version: info.version,
-            description: info.description,
-            owns: info.owns.iter().map(kind).collect(),
-            observes: info.observes.iter().map(kind).collect(),
+        let read = |reader: &mut StoreReader<'_>, info: lift::Info| {
+            let mut kinds = |list: &WasmList<lift::KindRef>, what: &str| {
+                reader
+                    .list(list, MAX_LISTED, what)?
+                    .iter()
+                    .map(|k| {
+                        Ok(format!(
+                            "{}/{}",
+                            reader.string(&k.api_version)?,
+                            reader.string(&k.kind)?
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+            };
+            let owns = kinds(&info.owns, "kinds in owns")?;
+            let observes = kinds(&info.observes, "kinds in observes")?;
+            let claimed = reader
+                .list(&info.capabilities, Capability::ALL.len(), "capabilities")?
+                .into_iter()
+                .map(|c| match c {
+                    lift::Capability::SpecDiff => Capability::SpecDiff,
+                    lift::Capability::Health => Capability::Health,
+                    lift::Capability::Backup => Capability::Backup,
+                    lift::Capability::Upgrade => Capability::Upgrade,
+                    lift::Capability::Finalize => Capability::Finalize,
+                })
+                .collect();
+            let mut text = |s: &WasmStr, field: &str, max: usize| {
+                let text = reader.string(s)?;
+                match text.len() {
+                    len if len > max => {
+                        Err(format!("metadata {field} has {len} bytes; at most {max}"))
+                    }
+                    _ => Ok(text),
+                }
+            };
+            let metadata = PluginMetadata {
+                name: text(&info.name, "name", 63)?,
+                version: text(&info.version, "version", 64)?,
+                description: text(&info.description, "description", 1024)?,
+                owns,
+                observes,
+            };
+            if metadata.name.is_empty() {
+                return Err("metadata name must be 1 to 63 characters".to_string());
+            }
+            Ok((metadata, claimed))
         };
-        let too_long = [
-            ("version", metadata.version.len(), 64),
-            ("description", metadata.description.len(), 1024),
-            ("owns", metadata.owns.len(), MAX_LISTED),
-            ("observes", metadata.observes.len(), MAX_LISTED),
-        ]
-        .into_iter()
-        .find(|(_, len, max)| len > max);
-        if let Some((field, len, max)) = too_long {
-            return Err(CallError::BadOutput {
-                plugin: self.label(),
-                interface: "metadata",
-                reason: format!("metadata {field} has {len} bytes or entries; at most {max}"),
-            });
-        }
-        if metadata.name.is_empty() || metadata.name.len() > 63 {
-            return Err(CallError::BadOutput {
-                plugin: self.label(),
-                interface: "metadata",
-                reason: format!(
-                    "metadata name {:?} must be 1 to 63 characters",
-                    metadata.name
-                ),
-            });
-        }
-        Ok((metadata, claimed))
+        // metadata gets no input, so its wall clock reads the epoch: same answer every time.
+        let answer =
+            self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
+                let func = instance
+                    .get_typed_func::<(), (lift::Info,)>(&mut *store, &self.exports.metadata)?;
+                let (info,) = func.call(&mut *store, ())?;
+                Ok(read(&mut Reader::new(store, limits.max_output_bytes), info))
+            })?;
+        answer.map_err(|reason| CallError::BadOutput {
+            plugin: self.label(),
+            interface: "metadata",
+            reason,
+        })
     }
 
     /// Calls `spec-diff.plan` and checks every object it returns.
@@ -285,20 +415,21 @@ impl CompiledPlugin {
             target_version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
+        let (texts, requeue_after) = self.call_export(
             engine,
             limits,
             tags,
             cx.now_ms,
-            capability,
-            &self.exports.spec_diff,
-            |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
+            self.export(capability),
+            (input,),
+            |reader, desired: lift::Desired| {
+                let texts = reader.strings(&desired.objects, MAX_PLANNED, "objects")?;
+                Ok((texts, desired.requeue_after))
+            },
         )?;
-        let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
-        let objects = self.parse_objects(capability, limits, &desired.objects)?;
         Ok(Plan {
-            objects,
-            requeue_after: desired.requeue_after.map(Duration::from_millis),
+            objects: self.parse_objects(capability, &texts)?,
+            requeue_after: requeue_after.map(Duration::from_millis),
         })
     }
 
@@ -311,7 +442,7 @@ impl CompiledPlugin {
         cx: &AppContext,
         version: &str,
     ) -> Result<HealthReport, CallError> {
-        use guest::health::{ConditionStatus, State};
+        use lift::{ConditionStatus, State};
         let capability = Capability::Health;
         let input = guest::health::CheckInput {
             app: &cx.app,
@@ -319,72 +450,61 @@ impl CompiledPlugin {
             version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
+        let report = self.call_export(
             engine,
             limits,
             tags,
             cx.now_ms,
-            capability,
-            &self.exports.health,
-            |g, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_check(&mut *store, input)
+            self.export(capability),
+            (input,),
+            |reader, report: lift::Report| {
+                let conditions = reader
+                    .list(&report.conditions, MAX_LISTED, "conditions")?
+                    .iter()
+                    .map(|c| {
+                        Ok(PluginCondition {
+                            type_: reader.string(&c.condition_type)?,
+                            status: match c.status {
+                                ConditionStatus::True => "True",
+                                ConditionStatus::False => "False",
+                                ConditionStatus::Unknown => "Unknown",
+                            },
+                            reason: reader.string(&c.reason)?,
+                            message: reader.string(&c.message)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok(HealthReport {
+                    state: match report.state {
+                        State::Healthy => HealthState::Healthy,
+                        State::Progressing => HealthState::Progressing,
+                        State::Degraded => HealthState::Degraded,
+                    },
+                    conditions,
+                    message: reader.string(&report.message)?,
+                    rollout_complete: report.rollout_complete,
+                })
             },
         )?;
-        let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
-        let size = report.message.len()
-            + report
-                .conditions
-                .iter()
-                .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
-                .sum::<usize>();
-        self.check_size(capability, limits, size)?;
         let mut seen = std::collections::BTreeSet::new();
         for c in &report.conditions {
-            if RESERVED_CONDITIONS.contains(&c.condition_type.as_str())
-                || !seen.insert(&c.condition_type)
-            {
+            if RESERVED_CONDITIONS.contains(&c.type_.as_str()) || !seen.insert(&c.type_) {
                 return Err(self.bad(
                     capability,
-                    format!(
-                        "condition type {:?} is the host's or repeated",
-                        c.condition_type
-                    ),
+                    format!("condition type {:?} is the host's or repeated", c.type_),
                 ));
             }
-            if !is_camel_case(&c.condition_type) || !is_camel_case(&c.reason) {
+            if !is_camel_case(&c.type_) || !is_camel_case(&c.reason) {
                 return Err(self.bad(
                     capability,
                     format!(
                         "condition type {:?} and reason {:?} must be CamelCase words",
-                        c.condition_type, c.reason
+                        c.type_, c.reason
                     ),
                 ));
             }
         }
-        Ok(HealthReport {
-            state: match report.state {
-                State::Healthy => HealthState::Healthy,
-                State::Progressing => HealthState::Progressing,
-                State::Degraded => HealthState::Degraded,
-            },
-            conditions: report
-                .conditions
-                .into_iter()
-                .map(|c| PluginCondition {
-                    type_: c.condition_type,
-                    status: match c.status {
-                        ConditionStatus::True => "True",
-                        ConditionStatus::False => "False",
-                        ConditionStatus::Unknown => "Unknown",
-                    },
-                    reason: c.reason,
-                    message: c.message,
-                })
-                .collect(),
-            message: report.message,
-            rollout_complete: report.rollout_complete,
-        })
+        Ok(report)
     }
 
     /// Calls `backup.schedule`.
@@ -403,33 +523,23 @@ impl CompiledPlugin {
             last_completed_slot,
             now: cx.now_ms,
         };
-        let result = self.invoke(
+        let (run, expire, requeue_after) = self.call_export(
             engine,
             limits,
             tags,
             cx.now_ms,
-            capability,
-            &self.exports.backup,
-            |g, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_schedule(&mut *store, input)
+            self.export(capability),
+            (input,),
+            |reader, decision: lift::ScheduleDecision| {
+                let expire = reader.strings(&decision.expire, MAX_LISTED, "slots to expire")?;
+                let run = match &decision.run {
+                    Some(run) => Some((reader.string(&run.slot)?, reader.string(&run.job)?)),
+                    None => None,
+                };
+                Ok((run, expire, decision.requeue_after))
             },
         )?;
-        let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
-        if decision.expire.len() > MAX_LISTED {
-            return Err(self.bad(
-                capability,
-                format!(
-                    "{} slots to expire; at most {MAX_LISTED} per call",
-                    decision.expire.len()
-                ),
-            ));
-        }
-        for slot in decision
-            .expire
-            .iter()
-            .chain(decision.run.as_ref().map(|r| &r.slot))
-        {
+        for slot in expire.iter().chain(run.as_ref().map(|(slot, _)| slot)) {
             if !is_slot(slot) {
                 return Err(self.bad(
                     capability,
@@ -437,18 +547,17 @@ impl CompiledPlugin {
                 ));
             }
         }
-        let run = match decision.run {
-            Some(run) => {
-                let mut job =
-                    self.parse_objects(capability, limits, std::slice::from_ref(&run.job))?;
-                job.pop().map(|job| (run.slot, job))
+        let run = match run {
+            Some((slot, job)) => {
+                let mut job = self.parse_objects(capability, std::slice::from_ref(&job))?;
+                job.pop().map(|job| (slot, job))
             }
             None => None,
         };
         Ok(BackupDecision {
             run,
-            expire: decision.expire,
-            requeue_after: decision.requeue_after.map(Duration::from_millis),
+            expire,
+            requeue_after: requeue_after.map(Duration::from_millis),
         })
     }
 
@@ -462,7 +571,6 @@ impl CompiledPlugin {
         from_version: &str,
         to_version: &str,
     ) -> Result<GateDecision, CallError> {
-        let capability = Capability::Upgrade;
         let input = guest::upgrade::GateInput {
             app: &cx.app,
             observed: &cx.observed_texts(),
@@ -470,27 +578,21 @@ impl CompiledPlugin {
             to_version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
+        self.call_export(
             engine,
             limits,
             tags,
             cx.now_ms,
-            capability,
-            &self.exports.upgrade,
-            |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
-        )?;
-        let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
-        Ok(match decision {
-            guest::upgrade::GateDecision::Allow => GateDecision::Allow,
-            guest::upgrade::GateDecision::Wait(reason) => {
-                self.check_size(capability, limits, reason.len())?;
-                GateDecision::Wait(reason)
-            }
-            guest::upgrade::GateDecision::Deny(reason) => {
-                self.check_size(capability, limits, reason.len())?;
-                GateDecision::Deny(reason)
-            }
-        })
+            self.export(Capability::Upgrade),
+            (input,),
+            |reader, decision: lift::GateDecision| {
+                Ok(match decision {
+                    lift::GateDecision::Allow => GateDecision::Allow,
+                    lift::GateDecision::Wait(reason) => GateDecision::Wait(reader.string(&reason)?),
+                    lift::GateDecision::Deny(reason) => GateDecision::Deny(reader.string(&reason)?),
+                })
+            },
+        )
     }
 
     /// Calls `finalize.cleanup`.
@@ -501,84 +603,65 @@ impl CompiledPlugin {
         tags: CallTags,
         cx: &AppContext,
     ) -> Result<CleanupDecision, CallError> {
-        let capability = Capability::Finalize;
         let input = guest::finalize::CleanupInput {
             app: &cx.app,
             retained: &cx.observed_texts(),
             now: cx.now_ms,
         };
-        let result = self.invoke(
+        self.call_export(
             engine,
             limits,
             tags,
             cx.now_ms,
-            capability,
-            &self.exports.finalize,
-            |g, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_cleanup(&mut *store, input)
+            self.export(Capability::Finalize),
+            (input,),
+            |reader, decision: lift::CleanupDecision| {
+                if decision.delete.len().saturating_add(decision.keep.len()) > MAX_LISTED {
+                    return Err(format!(
+                        "{} objects to delete or keep; at most {MAX_LISTED}",
+                        decision.delete.len().saturating_add(decision.keep.len())
+                    ));
+                }
+                let mut refs = |list: &WasmList<lift::ObjectRef>, what: &str| {
+                    reader
+                        .list(list, MAX_LISTED, what)?
+                        .iter()
+                        .map(|r| {
+                            Ok(ObjectRef {
+                                api_version: reader.string(&r.api_version)?,
+                                kind: reader.string(&r.kind)?,
+                                name: reader.string(&r.name)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, String>>()
+                };
+                Ok(CleanupDecision {
+                    delete: refs(&decision.delete, "objects to delete")?,
+                    keep: refs(&decision.keep, "objects to keep")?,
+                })
             },
-        )?;
-        let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
-        let listed = decision.delete.len() + decision.keep.len();
-        if listed > MAX_LISTED {
-            return Err(self.bad(
-                capability,
-                format!("{listed} objects to delete or keep; at most {MAX_LISTED}"),
-            ));
-        }
-        let size: usize = decision
-            .delete
-            .iter()
-            .chain(&decision.keep)
-            .map(|r| r.api_version.len() + r.kind.len() + r.name.len())
-            .sum();
-        self.check_size(capability, limits, size)?;
-        let convert = |r: guest::finalize::ObjectRef| ObjectRef {
-            api_version: r.api_version,
-            kind: r.kind,
-            name: r.name,
-        };
-        Ok(CleanupDecision {
-            delete: decision.delete.into_iter().map(convert).collect(),
-            keep: decision.keep.into_iter().map(convert).collect(),
-        })
+        )
     }
 
     fn bad(&self, capability: Capability, reason: String) -> CallError {
+        self.bad_in(capability.interface(), reason)
+    }
+
+    fn bad_in(&self, interface: &'static str, reason: String) -> CallError {
         CallError::BadOutput {
             plugin: self.label(),
-            interface: capability.interface(),
+            interface,
             reason,
         }
     }
 
-    fn check_size(
-        &self,
-        capability: Capability,
-        limits: &CallLimits,
-        size: usize,
-    ) -> Result<(), CallError> {
-        if size > limits.max_output_bytes {
-            return Err(self.bad(
-                capability,
-                format!(
-                    "{size} bytes of output is over the {} byte cap",
-                    limits.max_output_bytes
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]).
+    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]); their
+    /// size was bounded as they were read.
     fn parse_objects(
         &self,
         capability: Capability,
-        limits: &CallLimits,
         texts: &[String],
     ) -> Result<Vec<PluginObject>, CallError> {
-        self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
         texts
             .iter()
             .enumerate()
@@ -589,6 +672,31 @@ impl CompiledPlugin {
             .collect()
     }
 }
+
+/// Why a call failed, when it failed because the guest asked the host for more than a call
+/// may have: a transfer over [`CallLimits::transfer_bytes`], or more host resources than [`MAX_HOST_RESOURCES`](super::limits::MAX_HOST_RESOURCES).
+fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
+    if err
+        .chain()
+        .any(|e| e.is::<wasmtime::component::ResourceTableError>())
+    {
+        return Some(format!(
+            "it opened more than {} host resources (streams, pollables) at once",
+            super::limits::MAX_HOST_RESOURCES
+        ));
+    }
+    lift::over_transfer_limit(err).then(|| {
+        format!(
+            "it passed more than {} bytes to the host in one transfer (a result, or the \
+                 arguments of one import call), counting every entry of its lists",
+            limits.transfer_bytes()
+        )
+    })
+}
+
+/// Most objects a plan may hold as it is read: far more than the guard lets through (it names
+/// the count it allows), few enough that reading the list costs nothing.
+const MAX_PLANNED: usize = 4096;
 
 /// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
 /// to expire, objects to delete or keep): a plugin of one App has no use for more.

@@ -18,6 +18,12 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
 /// What a plugin may print to stdout/stderr per call before the rest is dropped.
 pub const MAX_STDIO_BYTES: usize = 64 << 10;
+/// What the canonical ABI counts against a transfer besides string bytes: a few dozen bytes of
+/// bookkeeping per list entry, so a plan of thousands of small objects still fits.
+pub const TRANSFER_OVERHEAD_BYTES: usize = 1 << 20;
+/// Host-side resources (WASI streams, pollables) one call may hold at once; a plugin uses a
+/// handful, and each costs the host memory outside the plugin's own cap.
+pub const MAX_HOST_RESOURCES: usize = 1024;
 /// How often the epoch ticker advances; deadlines are rounded up to whole ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
@@ -53,6 +59,15 @@ impl CallLimits {
             limits.memory_bytes = (u64::from(mib).max(1) << 20).min(MAX_MEMORY_BYTES);
         }
         limits
+    }
+
+    /// The most bytes one transfer from the guest may make the host copy: a result, or the
+    /// arguments of one import call (wasmtime's "hostcall fuel"). Bounds what a guest can make
+    /// the host allocate per transfer whatever its lists alias: the canonical ABI lets every
+    /// entry of a list point at the same bytes.
+    pub fn transfer_bytes(&self) -> usize {
+        self.max_output_bytes
+            .saturating_add(TRANSFER_OVERHEAD_BYTES)
     }
 
     /// The deadline in epoch ticks, rounded up so a call never gets less than it asked for.

@@ -11,7 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView, p2::pipe::MemoryOutputPipe};
 use super::{
     bindings::wasmop::plugin::log,
     clock::{CallClock, CallClockView},
-    limits::{CallLimits, MAX_STDIO_BYTES},
+    limits::{CallLimits, MAX_HOST_RESOURCES, MAX_STDIO_BYTES},
 };
 
 /// Who is calling, for the tags on every line the plugin logs.
@@ -77,9 +77,11 @@ impl CallState {
             // The same bound as plugin output: no call needs more.
             .max_random_size(1 << 20)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HOST_RESOURCES);
         Self {
             wasi,
-            table: ResourceTable::new(),
+            table,
             clock: CallClock::start(limits.deadline),
             memory: MemoryCap {
                 cap: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),

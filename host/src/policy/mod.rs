@@ -64,6 +64,90 @@ pub struct PluginPolicySpec {
     /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`). Default false.
     #[serde(default)]
     pub allow_secrets: bool,
+    /// Kinds plans may hold beyond the built-in ones (e.g. NetworkPolicy, Ingress, CronJob,
+    /// Secret, a ServiceMonitor), each only in the App's namespace and only if the plugin
+    /// declares it. The host's ServiceAccount needs RBAC for each (see the README). RBAC kinds,
+    /// wasmop's own kinds and cluster-scoped kinds are never allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub extra_kinds: Vec<ExtraKind>,
+}
+
+/// A kind beyond the built-in ones that plans may hold.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtraKind {
+    /// `group/version`, or `v1` for the core group, e.g. `networking.k8s.io/v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The kind, e.g. `NetworkPolicy`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The plural resource name, as in RBAC rules and API paths, e.g. `networkpolicies`.
+    #[schemars(length(min = 1, max = 63))]
+    pub resource: String,
+}
+
+/// API groups no policy can let plans into: who may do what (RBAC, and the review APIs that
+/// answer it), admission and API extension, node certificates, and wasmop's own kinds (a plan
+/// that creates Apps or policies would escape the policy that governs it).
+const FORBIDDEN_GROUPS: &[&str] = &[
+    "rbac.authorization.k8s.io",
+    "authorization.k8s.io",
+    "authentication.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "certificates.k8s.io",
+    "wasmop.dev",
+];
+
+/// Core kinds no policy can let plans hold: cluster-scoped objects (refused by a namespaced
+/// apply anyway, named here so the policy says so), and a Pod's binding to a node.
+const FORBIDDEN_CORE_KINDS: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "ComponentStatus",
+    "Binding",
+];
+
+impl ExtraKind {
+    /// The kind as the guard knows it, or why no policy may allow it.
+    pub fn to_kind(&self) -> Result<guard::Kind, String> {
+        let (group, version) = match self.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", self.api_version.as_str()),
+        };
+        let word = |text: &str| {
+            !text.is_empty()
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        };
+        let at = format!("{}/{}", self.api_version, self.kind);
+        if !word(version) || (!group.is_empty() && !word(group)) || !word(&self.kind) {
+            return Err(format!("{at}: not an apiVersion and kind"));
+        }
+        if !word(&self.resource) || self.resource.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(format!(
+                "{at}: resource {:?} is not a lowercase plural resource name",
+                self.resource
+            ));
+        }
+        if FORBIDDEN_GROUPS.contains(&group) {
+            return Err(format!("{at}: the {group} API group is never plannable"));
+        }
+        if group.is_empty() && FORBIDDEN_CORE_KINDS.contains(&self.kind.as_str()) {
+            return Err(format!("{at}: never plannable"));
+        }
+        Ok(guard::Kind {
+            group: group.to_string().into(),
+            version: version.to_string().into(),
+            kind: self.kind.clone().into(),
+            plural: self.resource.clone().into(),
+        })
+    }
 }
 
 /// A Pod Security Standards level.
@@ -179,7 +263,24 @@ impl PluginPolicySpec {
                 Some(types) => types.iter().map(|t| t.as_str().to_string()).collect(),
                 None => defaults.service_types,
             },
+            // A kind no policy may allow is left out (and reported in the policy's status);
+            // the rest of the policy stands.
+            extra_kinds: self
+                .extra_kinds
+                .iter()
+                .filter_map(|k| k.to_kind().ok())
+                .filter(|k| !guard::PLANNABLE.contains(k))
+                .collect(),
         }
+    }
+
+    /// Why entries of `extraKinds` are refused, one line each.
+    pub fn refused_kinds(&self) -> Vec<String> {
+        self.extra_kinds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| k.to_kind().err().map(|e| format!("extraKinds[{i}] {e}")))
+            .collect()
     }
 }
 
@@ -420,6 +521,35 @@ mod tests {
         assert_eq!(rules.service_types, ["ClusterIP", "LoadBalancer"]);
         assert!(rules.allow_secrets);
         assert_eq!(rules.pod_security, Level::Restricted);
+    }
+
+    #[test]
+    fn extra_kinds_widen_the_rules_but_never_to_rbac_or_wasmop_kinds() {
+        let wide = policy(
+            "wide",
+            json!({"namespaces": ["ns"], "extraKinds": [
+                {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "resource": "networkpolicies"},
+                {"apiVersion": "v1", "kind": "Secret", "resource": "secrets"},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "resource": "rolebindings"},
+                {"apiVersion": "wasmop.dev/v1alpha1", "kind": "App", "resource": "apps"},
+                {"apiVersion": "v1", "kind": "Namespace", "resource": "namespaces"},
+                {"apiVersion": "v1", "kind": "ConfigMap", "resource": "configmaps"},
+                {"apiVersion": "v1", "kind": "Widget", "resource": "Widgets"},
+            ]}),
+        );
+        let rules = wide.spec.rules();
+        let names: Vec<String> = rules
+            .extra_kinds
+            .iter()
+            .map(|k| format!("{}/{}", k.api_version(), k.kind))
+            .collect();
+        // ConfigMap is built in already; the rest are refused.
+        assert_eq!(names, ["networking.k8s.io/v1/NetworkPolicy", "v1/Secret"]);
+        let refused = wide.spec.refused_kinds();
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert!(refused[0].starts_with("extraKinds[2] rbac.authorization.k8s.io/v1/RoleBinding"));
+        assert!(refused[1].contains("wasmop.dev API group"), "{refused:?}");
+        assert!(refused[3].contains("lowercase plural"), "{refused:?}");
     }
 
     #[test]

@@ -268,8 +268,8 @@ pub fn status_of<'a>(
         .namespace_selector
         .as_ref()
         .and_then(|s| selector::matches(s, &BTreeMap::new()).err());
+    let refused = policy.spec.refused_kinds();
     let valid = match &invalid {
-        None => condition(previous, "Valid", true, "Valid", String::new()),
         Some(err) => condition(
             previous,
             "Valid",
@@ -277,6 +277,17 @@ pub fn status_of<'a>(
             "InvalidSelector",
             format!("spec.namespaceSelector.{err}: it selects no namespace"),
         ),
+        None if !refused.is_empty() => condition(
+            previous,
+            "Valid",
+            false,
+            "KindRefused",
+            format!(
+                "spec.{}; the rest of the policy applies",
+                refused.join("; spec.")
+            ),
+        ),
+        None => condition(previous, "Valid", true, "Valid", String::new()),
     };
     let overlapping = if shadowed.is_empty() {
         condition(previous, "Overlapping", false, "NoOverlap", String::new())

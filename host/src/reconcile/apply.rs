@@ -12,14 +12,15 @@ use serde_json::{Value, json};
 
 use super::{
     fetch::{APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject},
-    guard::{Guarded, Kind, PLANNABLE},
+    guard::{Guarded, Kind, Policy},
 };
 use crate::{app::App, crd_install::FIELD_MANAGER, plugin::object::PluginObject};
 
-fn api_resource(kind: &Kind) -> ApiResource {
+/// How the API server is reached for `kind`.
+pub(super) fn api_resource(kind: &Kind) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(kind.group, kind.version, kind.kind),
-        kind.plural,
+        &GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind),
+        &kind.plural,
     )
 }
 
@@ -92,7 +93,7 @@ pub async fn apply(
     // Only objects the App does not manage yet cost a read, so a steady App costs none.
     for Guarded { kind, object } in &plan {
         let name = object.name();
-        if ours.contains(&(kind.kind, name)) {
+        if ours.contains(&(kind.kind.as_ref(), name)) {
             continue;
         }
         let api: Api<DynamicObject> =
@@ -120,7 +121,7 @@ pub async fn apply(
         stamp(app, &mut object);
         let name = object.name();
         let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &namespace, &api_resource(kind));
+            Api::namespaced_with(client.clone(), &namespace, &api_resource(&kind));
         api.patch(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -135,11 +136,12 @@ pub async fn apply(
     Ok(())
 }
 
-/// Deletes owned objects of plannable kinds that the plan does not contain; returns what it
-/// deleted, as `Kind/name`.
+/// Deletes owned objects of the kinds `policy` lets plans hold that the plan does not contain;
+/// returns what it deleted, as `Kind/name`.
 pub async fn prune(
     client: &Client,
     app: &App,
+    policy: &Policy,
     planned: &BTreeSet<(String, String)>,
     observed: &[ObservedObject],
 ) -> Result<Vec<String>, (String, kube::Error)> {
@@ -153,10 +155,7 @@ pub async fn prune(
         if keep {
             continue;
         }
-        let Some(kind) = PLANNABLE
-            .iter()
-            .find(|k| k.kind == object.kind && k.api_version() == object.api_version)
-        else {
+        let Some(kind) = policy.kind(&object.api_version, &object.kind) else {
             continue;
         };
         let api: Api<DynamicObject> =

@@ -123,6 +123,77 @@ fn collect<K>(
     }
 }
 
+/// Why objects of a policy's extra kind could not be listed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "listing {kind} ({plural}) in {namespace}: {source}; the host's ServiceAccount needs get, \
+     list, watch, create, patch and delete on {plural} for the policy's extraKinds (see the README)"
+)]
+pub struct ExtraKindError {
+    /// `apiVersion/kind`.
+    pub kind: String,
+    /// The resource.
+    pub plural: String,
+    /// The namespace listed.
+    pub namespace: String,
+    /// What the API server said.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Objects of `kinds` (a policy's extra kinds that the plugin declares) labelled with the App
+/// `app` (uid `uid`) in `namespace`. The host keeps no cache of these (the policy decides
+/// which there are); one labelled list per kind per reconcile reads them from the API server,
+/// and a change to one is seen at the App's next reconcile rather than at once.
+pub async fn observe_extra(
+    client: &kube::Client,
+    namespace: &str,
+    app: &str,
+    uid: &str,
+    kinds: &[&crate::reconcile::guard::Kind],
+) -> Result<Vec<ObservedObject>, ExtraKindError> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    let mut out = Vec::new();
+    for kind in kinds {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &super::apply::api_resource(kind));
+        let list = api
+            .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
+            .await
+            .map_err(|source| ExtraKindError {
+                kind: format!("{}/{}", kind.api_version(), kind.kind),
+                plural: kind.plural.to_string(),
+                namespace: namespace.to_string(),
+                source,
+            })?;
+        for object in list.items {
+            let owned = object
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true));
+            let Ok(mut json) = serde_json::to_value(&object) else {
+                continue;
+            };
+            if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("managedFields");
+            }
+            if let Some(map) = json.as_object_mut() {
+                map.insert("apiVersion".into(), Value::String(kind.api_version()));
+                map.insert("kind".into(), Value::String(kind.kind.to_string()));
+            }
+            out.push(ObservedObject {
+                api_version: kind.api_version(),
+                kind: kind.kind.to_string(),
+                name: object.name_any(),
+                owned,
+                backup_slot: None,
+                json,
+            });
+        }
+    }
+    Ok(out)
+}
+
 impl Stores {
     /// Everything observed for the App `name` (uid `uid`) in `namespace`, sorted by kind and name.
     pub fn observe(&self, namespace: &str, name: &str, uid: &str) -> Vec<ObservedObject> {

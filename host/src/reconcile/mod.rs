@@ -396,8 +396,30 @@ async fn run_stages(
     use crate::plugin::Capability as C;
 
     // fetch
-    let observed = ctx.stores.observe(&namespace, &name, &uid);
+    let mut observed = ctx.stores.observe(&namespace, &name, &uid);
     let metadata = &loaded.compiled.metadata;
+    let extra: Vec<&guard::Kind> = policy
+        .extra_kinds
+        .iter()
+        .filter(|k| {
+            let key = format!("{}/{}", k.api_version(), k.kind);
+            metadata.owns.contains(&key) || metadata.observes.contains(&key)
+        })
+        .collect();
+    if !extra.is_empty() {
+        match fetch::observe_extra(&ctx.client, &namespace, &name, &uid, &extra).await {
+            Ok(objects) => {
+                observed.extend(objects);
+                observed.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+            }
+            Err(err) => {
+                return Ok(Err(Failure {
+                    reason: "ObserveFailed".into(),
+                    message: format!("{err} (under {})", governing.name),
+                }));
+            }
+        }
+    }
     let visible = fetch::visible_to(
         &observed,
         &metadata.owns,
@@ -561,7 +583,7 @@ async fn run_stages(
             });
         }
     }
-    let pruned = apply::prune(&ctx.client, app, &planned, &observed)
+    let pruned = apply::prune(&ctx.client, app, policy, &planned, &observed)
         .await
         .map_err(|(object, source)| Error::Kube {
             app: app_key(app),

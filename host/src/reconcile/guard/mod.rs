@@ -11,7 +11,7 @@
 mod fields;
 mod pods;
 
-use std::collections::BTreeSet;
+use std::{borrow::Cow, collections::BTreeSet};
 
 use serde_json::Value;
 
@@ -28,6 +28,20 @@ pub struct Policy {
     pub allow_secrets: bool,
     /// Service types a plan may use (`ClusterIP` covers headless Services).
     pub service_types: Vec<String>,
+    /// Kinds a plan may hold beyond [`PLANNABLE`].
+    pub extra_kinds: Vec<Kind>,
+}
+
+impl Policy {
+    /// Every kind a plan may hold under this policy.
+    pub fn kinds(&self) -> impl Iterator<Item = &Kind> {
+        PLANNABLE.iter().chain(&self.extra_kinds)
+    }
+
+    /// The kind of `api_version`/`kind`, if a plan may hold it.
+    pub fn kind(&self, api_version: &str, kind: &str) -> Option<&Kind> {
+        self.kinds().find(|k| k.is_kind_of(api_version, kind))
+    }
 }
 
 impl Default for Policy {
@@ -36,6 +50,7 @@ impl Default for Policy {
             pod_security: Level::Restricted,
             allow_secrets: false,
             service_types: vec!["ClusterIP".into()],
+            extra_kinds: Vec::new(),
         }
     }
 }
@@ -52,19 +67,34 @@ pub struct Breach {
 }
 
 /// A kind plugins may plan, and how the host reaches it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Kind {
     /// API group, empty for the core group.
-    pub group: &'static str,
+    pub group: Cow<'static, str>,
     /// API version within the group.
-    pub version: &'static str,
+    pub version: Cow<'static, str>,
     /// Kind name.
-    pub kind: &'static str,
+    pub kind: Cow<'static, str>,
     /// Resource (plural) name.
-    pub plural: &'static str,
+    pub plural: Cow<'static, str>,
 }
 
 impl Kind {
+    /// A kind the host knows at compile time.
+    pub const fn builtin(
+        group: &'static str,
+        version: &'static str,
+        kind: &'static str,
+        plural: &'static str,
+    ) -> Self {
+        Self {
+            group: Cow::Borrowed(group),
+            version: Cow::Borrowed(version),
+            kind: Cow::Borrowed(kind),
+            plural: Cow::Borrowed(plural),
+        }
+    }
+
     /// `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -73,60 +103,31 @@ impl Kind {
             format!("{}/{}", self.group, self.version)
         }
     }
+
+    /// Whether `object` is of this kind.
+    pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
+        self.kind == kind && self.api_version() == api_version
+    }
 }
 
-/// What a plan may contain. A planned PersistentVolumeClaim (say, for backups) is applied but
-/// never pruned: claims are deleted only through `finalize`. Secrets, RBAC and cluster-scoped
-/// objects are never planned.
+/// What a plan may contain under every policy. A planned PersistentVolumeClaim (say, for
+/// backups) is applied but never pruned: claims are deleted only through `finalize`. Further
+/// kinds only as a [`PluginPolicy`](crate::policy::PluginPolicy) adds them (`extraKinds`);
+/// RBAC, wasmop's own kinds and cluster-scoped objects never.
 pub const PLANNABLE: &[Kind] = &[
-    Kind {
-        group: "apps",
-        version: "v1",
-        kind: "StatefulSet",
-        plural: "statefulsets",
-    },
-    Kind {
-        group: "apps",
-        version: "v1",
-        kind: "Deployment",
-        plural: "deployments",
-    },
-    Kind {
-        group: "",
-        version: "v1",
-        kind: "Service",
-        plural: "services",
-    },
-    Kind {
-        group: "",
-        version: "v1",
-        kind: "ConfigMap",
-        plural: "configmaps",
-    },
-    Kind {
-        group: "",
-        version: "v1",
-        kind: "ServiceAccount",
-        plural: "serviceaccounts",
-    },
-    Kind {
-        group: "policy",
-        version: "v1",
-        kind: "PodDisruptionBudget",
-        plural: "poddisruptionbudgets",
-    },
-    Kind {
-        group: "batch",
-        version: "v1",
-        kind: "Job",
-        plural: "jobs",
-    },
-    Kind {
-        group: "",
-        version: "v1",
-        kind: "PersistentVolumeClaim",
-        plural: "persistentvolumeclaims",
-    },
+    Kind::builtin("apps", "v1", "StatefulSet", "statefulsets"),
+    Kind::builtin("apps", "v1", "Deployment", "deployments"),
+    Kind::builtin("", "v1", "Service", "services"),
+    Kind::builtin("", "v1", "ConfigMap", "configmaps"),
+    Kind::builtin("", "v1", "ServiceAccount", "serviceaccounts"),
+    Kind::builtin(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+    ),
+    Kind::builtin("batch", "v1", "Job", "jobs"),
+    Kind::builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
 ];
 
 /// Most objects planned for one App.
@@ -138,7 +139,7 @@ pub const MAX_OBJECT_BYTES: usize = 512 << 10;
 #[derive(Debug, Clone)]
 pub struct Guarded {
     /// Its kind.
-    pub kind: &'static Kind,
+    pub kind: Kind,
     /// The object, with `metadata.namespace` set to the App's.
     pub object: PluginObject,
 }
@@ -156,10 +157,31 @@ pub struct GuardError {
     pub reason: String,
 }
 
-/// Where the pod template of a pod-bearing kind is.
-fn pod_template_path(kind: &str) -> Option<&'static str> {
-    matches!(kind, "Deployment" | "StatefulSet" | "Job").then_some("spec.template")
+/// Where the pod template of a pod-bearing kind is: the workload kinds of `apps/v1` and
+/// `batch/v1`, which a policy may add (`extraKinds`) beside the built-in ones. A Pod is its own
+/// template. Pods of a kind the host does not know (a CRD that makes pods) go unchecked:
+/// adding such a kind is the cluster admin's call, and the README says so.
+fn pod_template_path(api_version: &str, kind: &str) -> Option<&'static str> {
+    match (api_version, kind) {
+        ("apps/v1", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
+        | ("batch/v1", "Job")
+        | ("v1", "ReplicationController") => Some("spec.template"),
+        ("batch/v1", "CronJob") => Some("spec.jobTemplate.spec.template"),
+        ("v1", "Pod") => Some(""),
+        _ => None,
+    }
 }
+
+/// The value at the dotted `path` of `value` (`""` is `value` itself).
+fn at_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .filter(|p| !p.is_empty())
+        .try_fold(value, |v, key| v.get(key))
+}
+
+/// Secret types that make the cluster mint credentials into the Secret: a token of any
+/// ServiceAccount of the namespace, named by annotation. No policy allows them.
+const MINTED_SECRET_TYPES: &[&str] = &["kubernetes.io/service-account-token"];
 
 /// The rules that read past `metadata`: pod templates, Services, claims, `status`. `accounts`
 /// are the ServiceAccounts the App's pods may run as.
@@ -186,10 +208,26 @@ fn check_body(
     if let Some(breach) = fields::metadata(object.metadata(), "metadata", host_labels) {
         return Err(breach);
     }
+    if object.kind() == "Secret" && object.api_version() == "v1" {
+        let kind = field("type")?;
+        if let Some(kind) = kind.as_ref().and_then(Value::as_str)
+            && MINTED_SECRET_TYPES.contains(&kind)
+        {
+            return Err(Breach {
+                path: "type".into(),
+                rule: "wasmop/secret-type".into(),
+                reason: format!(
+                    "{kind} Secrets make the cluster mint a ServiceAccount's token into them"
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let template_at = pod_template_path(object.api_version(), object.kind());
     // Only the kinds with rules on their spec pay for parsing it (a StatefulSet's is most of
     // the guard's time).
-    let reads_spec = pod_template_path(object.kind()).is_some()
-        || matches!(object.kind(), "Service" | "PersistentVolumeClaim");
+    let reads_spec =
+        template_at.is_some() || matches!(object.kind(), "Service" | "PersistentVolumeClaim");
     if !reads_spec {
         return Ok(());
     }
@@ -217,15 +255,26 @@ fn check_body(
             }
         }
     }
-    if let Some(at) = pod_template_path(object.kind()) {
+    if let Some(at) = template_at {
         // A missing template is the API server's to reject; an empty one still gets every
-        // check, so that nothing unchecked reaches it.
-        let template = spec
-            .get("template")
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}));
+        // check, so that nothing unchecked reaches it. A Pod is its own template; its
+        // metadata was checked above.
+        let template = if at.is_empty() {
+            serde_json::json!({"spec": spec})
+        } else {
+            let whole = serde_json::json!({"spec": spec});
+            at_path(&whole, at)
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({}))
+        };
         if let Some(meta) = template.get("metadata").and_then(Value::as_object)
             && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
+        {
+            return Err(breach);
+        }
+        // A CronJob's Jobs carry its job template's metadata.
+        if let Some(meta) = at_path(&spec, "jobTemplate.metadata").and_then(Value::as_object)
+            && let Some(breach) = fields::metadata(meta, "spec.jobTemplate.metadata", host_labels)
         {
             return Err(breach);
         }
@@ -304,12 +353,12 @@ pub fn check(
             reason,
         };
 
-        let kind = PLANNABLE
-            .iter()
-            .find(|k| k.kind == object.kind() && k.api_version() == object.api_version())
+        let kind = policy
+            .kind(object.api_version(), object.kind())
+            .cloned()
             .ok_or_else(|| {
-                let allowed: Vec<String> = PLANNABLE
-                    .iter()
+                let allowed: Vec<String> = policy
+                    .kinds()
                     .map(|k| format!("{}/{}", k.api_version(), k.kind))
                     .collect();
                 reject(format!(
@@ -362,7 +411,7 @@ pub fn check(
                 reason: format!("{}: {}", b.path, b.reason),
             }
         })?;
-        if !seen.insert((kind.kind, name.clone())) {
+        if !seen.insert((kind.clone(), name.clone())) {
             return Err(reject("planned twice".into()));
         }
         object.metadata_mut(|metadata| {
@@ -684,5 +733,99 @@ mod tests {
         assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
         let cm = cm("not-a-job");
         assert!(check_job(&Policy::default(), "kv", "s1", &cm, &BTreeSet::new()).is_err());
+    }
+
+    /// A policy adding `kinds` (`(group, version, kind, plural)`).
+    fn with_extra(kinds: &[(&'static str, &'static str, &'static str, &'static str)]) -> Policy {
+        Policy {
+            extra_kinds: kinds
+                .iter()
+                .map(|(g, v, k, p)| Kind::builtin(g, v, k, p))
+                .collect(),
+            ..Policy::default()
+        }
+    }
+
+    #[test]
+    fn extra_kinds_pass_only_under_a_policy_that_adds_them_and_keep_every_pod_rule() {
+        let netpol = obj(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "n"}, "spec": {"podSelector": {}}}),
+        );
+        let owns = vec![
+            "networking.k8s.io/v1/NetworkPolicy".to_string(),
+            "batch/v1/CronJob".into(),
+            "v1/Pod".into(),
+            "v1/Secret".into(),
+        ];
+        let err = check(&Policy::default(), "kv", "ns", &owns, vec![netpol.clone()])
+            .expect_err("not built in");
+        assert!(err.to_string().contains("is not an allowed kind"), "{err}");
+        let policy = with_extra(&[
+            (
+                "networking.k8s.io",
+                "v1",
+                "NetworkPolicy",
+                "networkpolicies",
+            ),
+            ("batch", "v1", "CronJob", "cronjobs"),
+            ("", "v1", "Pod", "pods"),
+            ("", "v1", "Secret", "secrets"),
+        ]);
+        let guarded = check(&policy, "kv", "ns", &owns, vec![netpol]).expect("added by the policy");
+        assert_eq!(guarded[0].kind.plural, "networkpolicies");
+
+        // A pod spec that passes restricted, but for what each case changes.
+        let hardened = |change: &dyn Fn(&mut Value)| {
+            let mut spec = json!({
+                "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": "i", "securityContext":
+                    {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+            });
+            change(&mut spec);
+            spec
+        };
+        let spec = hardened(&|s| s["containers"][0]["securityContext"]["privileged"] = json!(true));
+        let cronjob = obj(
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
+        );
+        let err = check(&policy, "kv", "ns", &owns, vec![cronjob]).expect_err("privileged");
+        assert!(
+            err.reason.starts_with(
+                "spec.jobTemplate.spec.template.spec.containers[0].securityContext.privileged"
+            ),
+            "{err}"
+        );
+        let labelled = obj(
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"jobTemplate": {"metadata": {"labels": {"wasmop.dev/app": "other"}}}}}),
+        );
+        let err = check(&policy, "kv", "ns", &owns, vec![labelled]).expect_err("host label");
+        assert!(
+            err.reason.starts_with("spec.jobTemplate.metadata.labels"),
+            "{err}"
+        );
+
+        let spec = hardened(&|s| s["volumes"] = json!([{"name": "r", "hostPath": {"path": "/"}}]));
+        let pod = obj(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}),
+        );
+        let err = check(&policy, "kv", "ns", &owns, vec![pod]).expect_err("hostPath");
+        assert!(err.reason.starts_with("spec.volumes[0].hostPath"), "{err}");
+
+        let token = obj(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t",
+            "annotations": {"kubernetes.io/service-account.name": "default"}},
+            "type": "kubernetes.io/service-account-token"}),
+        );
+        let err = check(&policy, "kv", "ns", &owns, vec![token]).expect_err("minted token");
+        assert_eq!(err.rule, "wasmop/secret-type", "{err}");
+        let opaque = obj(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "o"},
+            "type": "Opaque", "stringData": {"k": "v"}}),
+        );
+        check(&policy, "kv", "ns", &owns, vec![opaque]).expect("an Opaque Secret");
     }
 }

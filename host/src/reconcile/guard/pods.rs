@@ -33,7 +33,7 @@ pub(super) fn check(
                 if p == "." {
                     at.to_string()
                 } else {
-                    format!("{at}.{p}")
+                    join(at, p)
                 }
             })
             .collect();
@@ -44,7 +44,7 @@ pub(super) fn check(
         });
     }
     let spec = template.get("spec")?;
-    let at = format!("{at}.spec");
+    let at = join(at, "spec");
     service_account(spec, &at, service_accounts)
         .or_else(|| node_name(spec, &at))
         .or_else(|| {
@@ -64,6 +64,15 @@ fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
 
 fn text(value: Option<&Value>) -> Option<&str> {
     value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// `at.field`, or `field` where `at` is the object itself (a Pod's template).
+fn join(at: &str, field: &str) -> String {
+    if at.is_empty() {
+        field.to_string()
+    } else {
+        format!("{at}.{field}")
+    }
 }
 
 fn service_account(spec: &Value, at: &str, planned: &BTreeSet<String>) -> Option<Breach> {

@@ -1,7 +1,13 @@
 //! A plugin that misbehaves on request, to prove the host's sandbox: each fault must become its
 //! own specific error, within its deadline, without touching other plugins.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+// The aliasing modes build Strings that share one buffer, which only unsafe code can do.
+#![allow(unsafe_code)]
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    sync::atomic::{AtomicU32, Ordering},
+};
 
 use wasmop_sdk::wit::{
     base::exports::wasmop::plugin::metadata::{self, Capability, Info, KindRef},
@@ -11,6 +17,37 @@ use wasmop_sdk::wit::{
 };
 
 struct Fault;
+
+/// Never frees. The aliasing modes return many Strings over one buffer, which the bindings free
+/// one by one after the call (a double free to a real allocator); with this one that is
+/// harmless, so whatever the host reports is the host's own doing. An instance lives for one
+/// call, so nothing leaks past it.
+struct NeverFree;
+
+// SAFETY: allocation is System's; not freeing is always sound.
+unsafe impl GlobalAlloc for NeverFree {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
+}
+
+#[global_allocator]
+static ALLOCATOR: NeverFree = NeverFree;
+
+/// `count` Strings that all are the same `len` bytes: what the canonical ABI lets a guest hand
+/// the host, `count * len` bytes to copy out of `len` bytes of memory.
+fn aliased(count: usize, len: usize) -> Vec<String> {
+    let buffer: &'static mut [u8] = Box::leak(vec![b'x'; len].into_boxed_slice());
+    let ptr = buffer.as_mut_ptr();
+    (0..count)
+        // SAFETY: the bytes are ASCII and live forever; no String is ever freed (NeverFree)
+        // and none is written through.
+        .map(|_| unsafe { String::from_raw_parts(ptr, len, len) })
+        .collect()
+}
 
 /// Survives between calls only if the host reuses instances, which it must not.
 static CALLS: AtomicU32 = AtomicU32::new(0);
@@ -29,6 +66,8 @@ impl metadata::Guest for Fault {
                 ("apps/v1", "Deployment"),
                 ("batch/v1", "Job"),
                 ("v1", "Service"),
+                // Not a built-in kind: planned only where a PluginPolicy adds it.
+                ("networking.k8s.io/v1", "NetworkPolicy"),
             ]
             .into_iter()
             .map(|(api_version, kind)| KindRef {
@@ -102,6 +141,34 @@ impl spec_diff::Guest for Fault {
                 vec![object(keyed.to_string())]
             }
             "huge-output" => vec![object("x".repeat(4 << 20))],
+            // Aliased output: 64 objects that are one 1 MiB buffer (64 MiB to copy), and half
+            // a million that are (512 GiB).
+            "alias-output" => aliased(64, 1 << 20),
+            "alias-list" => aliased(500_000, 1 << 20),
+            // Aliased import arguments: a log record of 1000 fields whose values are one 1 MiB
+            // buffer (1000 MiB to copy).
+            "alias-log" => {
+                use wasmop_sdk::wit::base::wasmop::plugin::log;
+                let fields: Vec<log::Field> = aliased(1000, 1 << 20)
+                    .into_iter()
+                    .map(|value| log::Field {
+                        key: "k".into(),
+                        value,
+                    })
+                    .collect();
+                log::emit(log::Level::Info, "aliased", &fields);
+                vec![object("logged".into())]
+            }
+            // A kind only a policy's extraKinds allows.
+            "network-policy" => vec![
+                object("fine".into()),
+                serde_json::json!({
+                    "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "deny-ingress"},
+                    "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+                })
+                .to_string(),
+            ],
             "malformed-json" => vec!["{\"apiVersion\": \"v1\", \"kind\": ".to_string()],
             "not-an-object" => vec!["[1, 2, 3]".to_string()],
             "forbidden" => vec![
