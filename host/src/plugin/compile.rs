@@ -207,9 +207,7 @@ impl CompiledPlugin {
             )));
         }
         plugin.metadata = metadata;
-        plugin
-            .check_export_types(engine)
-            .map_err(incompatible)?;
+        plugin.check_export_types(engine).map_err(incompatible)?;
         Ok(plugin)
     }
 
