@@ -23,6 +23,15 @@ pub enum Command {
     /// Write, build, inspect, run, push and pull plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Compile one component from stdin to a wasmtime artifact on stdout, within
+    /// `--memory-bytes` of address space: what the host runs to compile (see
+    /// `plugin::compiler`), not a command for people.
+    #[command(hide = true)]
+    CompileWorker {
+        /// The worker's address-space limit, in bytes.
+        #[arg(long)]
+        memory_bytes: u64,
+    },
 }
 
 /// `wasmop plugin ...`
@@ -125,6 +134,11 @@ pub struct RunArgs {
     #[arg(long, env = "WASMOP_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Answer `/debug/*` on `--listen` to every client, not only to loopback ones (it names
+    /// every tenant's plugins and their last errors).
+    #[arg(long, env = "WASMOP_DEBUG_FROM_ANYWHERE")]
+    pub debug_from_anywhere: bool,
+
     /// Log format on stderr.
     #[arg(long, env = "WASMOP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -151,9 +165,10 @@ pub struct RunArgs {
     #[arg(long, env = "WASMOP_REGISTRY_CONFIG")]
     pub registry_config: Option<PathBuf>,
 
-    /// Honour `spec.plugin.file` (development only: it reads the host's filesystem).
-    #[arg(long)]
-    pub allow_file_sources: bool,
+    /// Honour `spec.plugin.file`, read as a path below this directory; only regular files
+    /// there are read (development only). Without it, file sources are refused.
+    #[arg(long, env = "WASMOP_FILE_ROOT")]
+    pub file_root: Option<PathBuf>,
 
     /// Watch only this namespace (repeatable); without it the host watches the whole cluster.
     #[arg(
@@ -191,6 +206,15 @@ pub struct RunArgs {
     /// reserve for the host (a quarter, 192 MiB to 1 GiB).
     #[arg(long, env = "WASMOP_MEMORY_BUDGET", value_parser = parse_bytes)]
     pub memory_budget: Option<u64>,
+
+    /// The address space a compile of a plugin may use (its own process's limit), so that a
+    /// component built to exhaust the compiler fails to load instead of taking the host down.
+    #[arg(long, env = "WASMOP_COMPILE_MEMORY", default_value = "1Gi", value_parser = parse_bytes)]
+    pub compile_memory: u64,
+
+    /// How long a compile of a plugin may take before it is stopped and the version refused.
+    #[arg(long, env = "WASMOP_COMPILE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub compile_timeout: Duration,
 
     /// How long a watch or the API server's own `/readyz` may fail before `/readyz` reports
     /// not-ready (so a host that has lost its watches is seen, not trusted).

@@ -13,6 +13,11 @@ use wasmop_host::cli::{Cli, Command};
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The compile worker is a short-lived child of the host: no runtime, no logging.
+    if let Command::CompileWorker { memory_bytes } = cli.command {
+        return wasmop_host::plugin::compiler::worker_main(memory_bytes);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -23,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(run(Cli::parse()));
+    let code = runtime.block_on(run(cli));
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     code
 }
@@ -38,6 +43,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Crds => wasmop_host::crd_install::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),
+        Command::CompileWorker { .. } => Err(anyhow::anyhow!("compile-worker runs before this")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,9 @@
 //! [`ApiHealth::liveness`]), `/readyz` (start-up finished, caches are synced and the watches
 //! and the API server answer: see [`ApiHealth::readiness`]), `/metrics` (Prometheus text
 //! format) and `/debug/plugins` (what is loaded behind each plugin source, and why the last
-//! attempt to change it failed). A failing probe's body says what fails.
+//! attempt to change it failed; answered only to loopback clients unless the host is started
+//! with `--debug-from-anywhere`, since it names every tenant's plugins). A failing probe's body
+//! says what fails.
 
 use std::{
     net::SocketAddr,
@@ -15,7 +17,7 @@ use std::{
 
 use axum::{
     Router,
-    extract::State,
+    extract::{ConnectInfo, State},
     http::{StatusCode, header},
     response::{IntoResponse, Json},
     routing::get,
@@ -32,6 +34,7 @@ pub struct Probes {
     registry: Arc<Registry>,
     plugins: Arc<PluginRegistry>,
     health: ApiHealth,
+    debug_from_anywhere: bool,
 }
 
 impl Probes {
@@ -42,7 +45,14 @@ impl Probes {
             registry: Arc::new(registry),
             plugins,
             health,
+            debug_from_anywhere: false,
         }
+    }
+
+    /// Answers `/debug/*` to every client, not only to loopback ones.
+    pub fn debug_from_anywhere(mut self, open: bool) -> Self {
+        self.debug_from_anywhere = open;
+        self
     }
 
     /// Flips `/readyz`; the host calls it once start-up has finished, and with `false` when it
@@ -64,7 +74,8 @@ impl Probes {
             .route("/metrics", get(metrics))
             .route("/debug/plugins", get(debug_plugins))
             .with_state(self);
-        Ok((local, async move { axum::serve(listener, router).await }))
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        Ok((local, async move { axum::serve(listener, service).await }))
     }
 }
 
@@ -113,7 +124,16 @@ async fn metrics(State(probes): State<Probes>) -> impl IntoResponse {
     }
 }
 
-async fn debug_plugins(State(probes): State<Probes>) -> Json<serde_json::Value> {
+async fn debug_plugins(
+    State(probes): State<Probes>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Result<Json<serde_json::Value>, (StatusCode, &'static str)> {
+    if !probes.debug_from_anywhere && !peer.ip().is_loopback() {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "/debug is answered only on loopback (start the host with --debug-from-anywhere)\n",
+        ));
+    }
     let entries: Vec<serde_json::Value> = probes
         .plugins
         .snapshot()
@@ -136,5 +156,32 @@ async fn debug_plugins(State(probes): State<Probes>) -> Json<serde_json::Value> 
             serde_json::json!({"source": source.to_string(), "current": current, "lastError": last_error})
         })
         .collect();
-    Json(serde_json::Value::Array(entries))
+    Ok(Json(serde_json::Value::Array(entries)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::plugin::{engine::PluginEngine, metrics::PluginMetrics};
+
+    #[tokio::test]
+    async fn debug_answers_only_loopback_clients_unless_opened() {
+        let engine = PluginEngine::new().expect("engine");
+        let plugins = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+        let health = ApiHealth::new(Duration::from_secs(10), Duration::from_secs(300));
+        let probes = Probes::new(Registry::default(), plugins, health);
+        let from = |addr: &str| ConnectInfo(addr.parse::<SocketAddr>().expect("an address"));
+        let remote = debug_plugins(State(probes.clone()), from("10.1.2.3:40000")).await;
+        assert_eq!(
+            remote.err().map(|(status, _)| status),
+            Some(StatusCode::FORBIDDEN)
+        );
+        let local = debug_plugins(State(probes.clone()), from("127.0.0.1:40000")).await;
+        assert!(local.is_ok());
+        let opened = probes.debug_from_anywhere(true);
+        let remote = debug_plugins(State(opened), from("10.1.2.3:40000")).await;
+        assert!(remote.is_ok());
+    }
 }

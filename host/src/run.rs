@@ -13,8 +13,14 @@ use crate::{
     controller, crd_install,
     leader::LeaderElector,
     plugin::{
-        budget::MemoryBudget, cache::Cache, engine::PluginEngine, metrics::PluginMetrics,
-        registry::PluginRegistry, source::oci::OciSource, watch::SourceWatcher,
+        budget::MemoryBudget,
+        cache::Cache,
+        compiler::{CompileLimits, Compiler},
+        engine::PluginEngine,
+        metrics::PluginMetrics,
+        registry::PluginRegistry,
+        source::oci::OciSource,
+        watch::SourceWatcher,
     },
     policy::view::PolicyView,
     probes::Probes,
@@ -36,7 +42,12 @@ impl PluginRuntime {
             None => MemoryBudget::from_cgroup(),
         };
         info!(mib = budget.total_bytes() >> 20, from = %from, "plugin memory budget");
-        let engine = PluginEngine::with_budget(budget)
+        let compiler = Compiler::worker(CompileLimits {
+            memory_bytes: args.compile_memory,
+            timeout: args.compile_timeout,
+        })
+        .context("finding the wasmop binary to run compile workers")?;
+        let engine = PluginEngine::with_compiler(budget, compiler)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
         let cache = Cache::open(&dir)
@@ -52,7 +63,7 @@ impl PluginRuntime {
             Arc::new(oci),
             Some(client.clone()),
             args.poll_interval,
-            args.allow_file_sources,
+            args.file_root.clone(),
         );
         Ok(Self { registry, watcher })
     }
@@ -91,7 +102,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("wasmop");
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
-    let probes = Probes::new(registry, runtime.registry.clone(), health.clone());
+    let probes = Probes::new(registry, runtime.registry.clone(), health.clone())
+        .debug_from_anywhere(args.debug_from_anywhere);
     let api_probe = tokio::spawn(health.clone().probe_forever(client.clone()));
     let (addr, server) = probes
         .clone()

@@ -35,7 +35,7 @@ fn runtime(
     let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let registry = PluginRegistry::new(engine, cache, PluginMetrics::unregistered());
     let oci = Arc::new(OciSource::new(None, vec![])?);
-    let watcher = SourceWatcher::new(registry.clone(), oci, client, POLL, false);
+    let watcher = SourceWatcher::new(registry.clone(), oci, client, POLL, None);
     Ok((registry, watcher))
 }
 

@@ -121,6 +121,28 @@ impl Cache {
         }
     }
 
+    fn failure_path(&self, engine: &PluginEngine, digest: &Digest) -> PathBuf {
+        self.compiled_path(engine, digest).with_extension("failed")
+    }
+
+    /// Remembers that `digest` does not compile for this engine, and why, so that neither a
+    /// poll nor a restart compiles it again.
+    pub fn remember_failure(&self, engine: &PluginEngine, digest: &Digest, reason: &str) {
+        let path = self.failure_path(engine, digest);
+        let reason: String = reason.chars().take(1024).collect();
+        let result = path
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| write_atomic(&path, reason.as_bytes()));
+        warn_on_failure("recording a plugin that does not compile", result);
+    }
+
+    /// Why `digest` did not compile for this engine, if it did not.
+    pub fn recall_failure(&self, engine: &PluginEngine, digest: &Digest) -> Option<String> {
+        let reason = fs::read(self.failure_path(engine, digest)).ok()?;
+        Some(String::from_utf8_lossy(&reason[..reason.len().min(1024)]).into_owned())
+    }
+
     /// Records that `reference` resolved to `digest`, for starts while the source is down.
     pub fn remember_ref(&self, reference: &str, digest: &Digest) {
         let record = serde_json::json!({"reference": reference, "digest": digest.as_str()});

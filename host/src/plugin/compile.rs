@@ -12,6 +12,7 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 use super::{
     Capability, Digest, LoadError, bindings,
     cache::Cache,
+    compiler::CompileError,
     engine::PluginEngine,
     limits::{CallLimits, MAX_COMPONENT_BYTES},
     sandbox::{CallState, CallTags},
@@ -134,14 +135,28 @@ impl CompiledPlugin {
         let (component, from_cache) = match cache.and_then(|c| c.load_compiled(engine, &digest)) {
             Some(component) => (component, true),
             None => {
-                let component =
-                    Component::new(engine.engine(), bytes).map_err(|err| LoadError::Compile {
-                        source_ref: source_ref.to_string(),
-                        message: format!("{err:#}"),
-                    })?;
-                if let Some(cache) = cache {
-                    cache.store_compiled(engine, &digest, &component);
+                let failed = |message: String| LoadError::Compile {
+                    source_ref: source_ref.to_string(),
+                    message,
+                };
+                // A component that failed to compile fails again: it is not compiled again
+                // (a bomb would cost its full timeout on every poll and every restart).
+                if let Some(reason) = cache.and_then(|c| c.recall_failure(engine, &digest)) {
+                    return Err(failed(format!(
+                        "{reason} (remembered for digest {}; push a new version)",
+                        digest.short()
+                    )));
                 }
+                let component = match engine.compiler().compile(engine.engine(), bytes) {
+                    Ok(component) => component,
+                    Err(CompileError::Refused(reason)) => {
+                        if let Some(cache) = cache {
+                            cache.remember_failure(engine, &digest, &reason);
+                        }
+                        return Err(failed(reason));
+                    }
+                    Err(CompileError::Host(reason)) => return Err(failed(reason)),
+                };
                 (component, false)
             }
         };
@@ -208,6 +223,12 @@ impl CompiledPlugin {
         }
         plugin.metadata = metadata;
         plugin.check_export_types(engine).map_err(incompatible)?;
+        // Only a version that passed every check is kept: the cache never holds what failed.
+        if !plugin.from_cache
+            && let Some(cache) = cache
+        {
+            cache.store_compiled(engine, &plugin.digest, plugin.pre.component());
+        }
         Ok(plugin)
     }
 

@@ -17,6 +17,7 @@ use super::{
     bindings::wasmop::plugin::log,
     budget::MemoryBudget,
     clock,
+    compiler::Compiler,
     limits::{EPOCH_TICK, MAX_MEMORY_BYTES},
     sandbox::CallState,
 };
@@ -34,6 +35,25 @@ pub struct PluginEngine {
     linker: Linker<CallState>,
     fingerprint: String,
     budget: MemoryBudget,
+    compiler: Compiler,
+}
+
+/// The engine settings that decide how code is compiled, shared by the host's engine and the
+/// compile worker's, so that what the worker compiles the host can load.
+fn compile_config() -> Config {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(OptLevel::Speed)
+        .parallel_compilation(true);
+    config
+}
+
+/// An engine that only compiles (the compile worker's): the host's compile settings, without
+/// the pooling allocator's reservations.
+pub fn compile_engine() -> wasmtime::Result<Engine> {
+    Engine::new(&compile_config())
 }
 
 impl PluginEngine {
@@ -45,6 +65,12 @@ impl PluginEngine {
     /// Builds the engine, whose calls share `budget`, and starts its epoch ticker (a thread
     /// that lives as long as the engine).
     pub fn with_budget(budget: MemoryBudget) -> wasmtime::Result<Arc<Self>> {
+        Self::with_compiler(budget, Compiler::InProcess)
+    }
+
+    /// Builds the engine, whose calls share `budget` and whose components `compiler` compiles,
+    /// and starts its epoch ticker.
+    pub fn with_compiler(budget: MemoryBudget, compiler: Compiler) -> wasmtime::Result<Arc<Self>> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(MAX_CONCURRENT_INSTANCES)
             // Rust components built for wasip2 carry a handful of core instances and memories
@@ -61,13 +87,8 @@ impl PluginEngine {
             // dirtied instead of memsetting the whole resident prefix.
             .pagemap_scan(Enabled::Auto)
             .table_keep_resident(64 << 10);
-        let mut config = Config::new();
-        config
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .cranelift_opt_level(OptLevel::Speed)
-            .parallel_compilation(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let mut config = compile_config();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config)?;
 
         let mut linker = Linker::new(&engine);
@@ -88,10 +109,16 @@ impl PluginEngine {
             linker,
             fingerprint,
             budget,
+            compiler,
         });
         spawn_epoch_ticker(Arc::downgrade(&this))
             .map_err(|err| wasmtime::format_err!("starting the epoch ticker thread: {err}"))?;
         Ok(this)
+    }
+
+    /// How its components are compiled.
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
     }
 
     /// The memory budget its calls share.

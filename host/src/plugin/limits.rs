@@ -14,8 +14,9 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 pub const MAX_MEMORY_BYTES: u64 = 256 << 20;
 /// A plan larger than this is a bug or an attack; the API server would refuse most of it anyway.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
-/// Components are a few hundred KiB; anything this large is not a plugin we want to compile.
-pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level 3, is 1.5 MB);
+/// anything larger is not a plugin the host compiles, and compile cost grows with size.
+pub const MAX_COMPONENT_BYTES: usize = 8 << 20;
 /// What a plugin may print to stdout/stderr per call before the rest is dropped.
 pub const MAX_STDIO_BYTES: usize = 64 << 10;
 /// What the canonical ABI counts against a transfer besides string bytes: a few dozen bytes of

@@ -17,6 +17,7 @@ pub mod cache;
 pub mod call;
 pub mod clock;
 pub mod compile;
+pub mod compiler;
 pub mod digest;
 pub mod engine;
 pub mod error;

@@ -30,7 +30,7 @@ pub struct SourceWatcher {
     oci: Arc<OciSource>,
     client: Option<Client>,
     poll_interval: Duration,
-    allow_files: bool,
+    file_root: Option<PathBuf>,
     tasks: Mutex<HashMap<SourceRef, Driver>>,
 }
 
@@ -47,20 +47,21 @@ const IDLE_AFTER: Duration = Duration::from_secs(15 * 60);
 const IDLE_SWEEP: Duration = Duration::from_secs(60);
 
 impl SourceWatcher {
-    /// A watcher offering versions to `registry`; `client` is needed for ConfigMap sources.
+    /// A watcher offering versions to `registry`; `client` is needed for ConfigMap sources, and
+    /// file sources are read only below `file_root`.
     pub fn new(
         registry: Arc<PluginRegistry>,
         oci: Arc<OciSource>,
         client: Option<Client>,
         poll_interval: Duration,
-        allow_files: bool,
+        file_root: Option<PathBuf>,
     ) -> Arc<Self> {
         let this = Arc::new(Self {
             registry,
             oci,
             client,
             poll_interval,
-            allow_files,
+            file_root,
             tasks: Mutex::new(HashMap::new()),
         });
         // Without this, every reference ever written in an App (typos, rotated tags) would
@@ -134,19 +135,19 @@ impl SourceWatcher {
                     return;
                 }
             },
-            SourceRef::File(path) if self.allow_files => {
-                tokio::spawn(drive_file(registry, source.clone(), path))
-            }
-            SourceRef::File(_) => {
-                registry.record_failure(
-                    source,
-                    fetch_error(
+            SourceRef::File(path) => match self.file_root.clone() {
+                Some(root) => tokio::spawn(drive_file(registry, source.clone(), root, path)),
+                None => {
+                    registry.record_failure(
                         source,
-                        "file sources are disabled; start the host with --allow-file-sources",
-                    ),
-                );
-                return;
-            }
+                        fetch_error(
+                            source,
+                            "file sources are disabled; start the host with --file-root DIR",
+                        ),
+                    );
+                    return;
+                }
+            },
         };
         tasks.insert(
             source.clone(),
@@ -289,7 +290,13 @@ async fn drive_config_map(
 /// Editors and `cargo build` replace files in several steps; wait this long after the last event.
 const FILE_SETTLE: Duration = Duration::from_millis(100);
 
-async fn drive_file(registry: Arc<PluginRegistry>, source: SourceRef, path: PathBuf) {
+async fn drive_file(
+    registry: Arc<PluginRegistry>,
+    source: SourceRef,
+    root: PathBuf,
+    path: PathBuf,
+) {
+    let path = root.join(&path);
     let (tx, mut rx) = mpsc::channel::<()>(16);
     let target = path.clone();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -322,7 +329,7 @@ async fn drive_file(registry: Arc<PluginRegistry>, source: SourceRef, path: Path
         }
     };
     loop {
-        match file::read(&source, &path).await {
+        match file::read(&source, &root, &path).await {
             Ok(fetched) => {
                 offer(&registry, &source, fetched).await;
             }

@@ -5,17 +5,22 @@
 //! immutable and never polled. The layer is verified against its descriptor's digest. Plain
 //! HTTP is used only for loopback registries or those named with `--insecure-registry`.
 //! Credentials come from a docker `config.json` (for instance a mounted pull secret).
+//!
+//! Reading goes through [`pull`], the host's own bounded client; pushing (a person's command)
+//! through `oci-client`.
 
-use std::{collections::HashMap, net::IpAddr, path::Path, sync::Mutex};
+pub mod pull;
+
+use std::{collections::HashMap, net::IpAddr, path::Path, sync::Mutex, time::Duration};
 
 use base64::Engine as _;
 use oci_client::{
     Client, Reference,
     client::{ClientConfig, ClientProtocol, Config, ImageLayer},
-    manifest::OciManifest,
     secrets::RegistryAuth,
 };
 
+use self::pull::{BlobError, PullLimits, Puller, Target, excerpt};
 use super::{Fetched, SourceRef, fetch_error};
 use crate::plugin::{Digest, LoadError, limits::MAX_COMPONENT_BYTES};
 
@@ -28,6 +33,8 @@ pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 pub struct OciSource {
     credentials: HashMap<String, (String, String)>,
     insecure: Vec<String>,
+    puller: Puller,
+    /// Push clients, by registry.
     clients: Mutex<HashMap<String, Client>>,
 }
 
@@ -42,6 +49,15 @@ impl OciSource {
     /// A source with the credentials of `docker_config` (a docker `config.json`, as in a
     /// `kubernetes.io/dockerconfigjson` Secret) and plain HTTP allowed for `insecure` registries.
     pub fn new(docker_config: Option<&Path>, insecure: Vec<String>) -> anyhow::Result<Self> {
+        Self::with_limits(docker_config, insecure, PullLimits::default())
+    }
+
+    /// [`Self::new`] with pulls bounded by `limits` rather than the defaults.
+    pub fn with_limits(
+        docker_config: Option<&Path>,
+        insecure: Vec<String>,
+        limits: PullLimits,
+    ) -> anyhow::Result<Self> {
         let credentials = match docker_config {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|err| {
@@ -56,8 +72,39 @@ impl OciSource {
         Ok(Self {
             credentials,
             insecure,
+            puller: Puller::new(limits).map_err(|err| anyhow::anyhow!(err))?,
             clients: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// How the puller addresses `reference`'s registry and repository.
+    fn target(&self, source: &SourceRef, reference: &Reference) -> Result<Target, LoadError> {
+        let registry = reference.resolve_registry();
+        let scheme = if self.allows_plain_http(registry) {
+            "http"
+        } else {
+            "https"
+        };
+        let base = format!("{scheme}://{registry}").parse().map_err(|err| {
+            fetch_error(
+                source,
+                format!("registry {registry:?} is not a host: {err}"),
+            )
+        })?;
+        Ok(Target {
+            base,
+            repository: reference.repository().to_string(),
+            credentials: self.credentials.get(registry).cloned(),
+        })
+    }
+
+    /// The tag or digest a reference names within its repository.
+    fn tag_or_digest(reference: &Reference) -> String {
+        reference
+            .digest()
+            .or(reference.tag())
+            .unwrap_or("latest")
+            .to_string()
     }
 
     fn parse(source: &SourceRef, reference: &str) -> Result<Reference, LoadError> {
@@ -89,13 +136,15 @@ impl OciSource {
                 };
                 Client::new(ClientConfig {
                     protocol,
+                    connect_timeout: Some(Duration::from_secs(10)),
+                    read_timeout: Some(Duration::from_secs(60)),
                     ..Default::default()
                 })
             })
             .clone()
     }
 
-    fn auth(&self, reference: &Reference) -> RegistryAuth {
+    fn push_auth(&self, reference: &Reference) -> RegistryAuth {
         match self.credentials.get(reference.resolve_registry()) {
             Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
             None => RegistryAuth::Anonymous,
@@ -116,12 +165,15 @@ impl OciSource {
         reference: &str,
     ) -> Result<Resolved, LoadError> {
         let parsed = Self::parse(source, reference)?;
-        let client = self.client(parsed.resolve_registry());
-        let manifest = client
-            .fetch_manifest_digest(&parsed, &self.auth(&parsed))
+        let target = self.target(source, &parsed)?;
+        let digest = self
+            .puller
+            .resolve(&target, &Self::tag_or_digest(&parsed))
             .await
             .map_err(|err| fetch_error(source, format!("resolving {reference}: {err}")))?;
-        Ok(Resolved { manifest })
+        Ok(Resolved {
+            manifest: digest.to_string(),
+        })
     }
 
     /// Pulls the component `reference` points at and verifies its digest.
@@ -131,23 +183,20 @@ impl OciSource {
         reference: &str,
     ) -> Result<(Resolved, Fetched), LoadError> {
         let parsed = Self::parse(source, reference)?;
-        let client = self.client(parsed.resolve_registry());
-        let auth = self.auth(&parsed);
-        let (manifest, manifest_digest) =
-            client.pull_manifest(&parsed, &auth).await.map_err(|err| {
-                fetch_error(
-                    source,
-                    format!("pulling the manifest of {reference}: {err}"),
-                )
-            })?;
-        let OciManifest::Image(manifest) = manifest else {
-            return Err(fetch_error(
-                source,
-                format!("{reference} is an image index, not a Wasm artifact"),
-            ));
-        };
-        if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
-            tracing::debug!(%reference, media_type = %manifest.config.media_type, "config media type is not the Wasm one");
+        let target = self.target(source, &parsed)?;
+        let failed = |err: String| fetch_error(source, format!("pulling {reference}: {err}"));
+        let (manifest, manifest_digest) = self
+            .puller
+            .manifest(&target, &Self::tag_or_digest(&parsed))
+            .await
+            .map_err(failed)?;
+        if !manifest.manifests.is_empty() {
+            return Err(failed("it is an image index, not a Wasm artifact".into()));
+        }
+        if let Some(config) = &manifest.config
+            && config.media_type != WASM_CONFIG_MEDIA_TYPE
+        {
+            tracing::debug!(%reference, media_type = %excerpt(&config.media_type), "config media type is not the Wasm one");
         }
         let layers: Vec<_> = manifest
             .layers
@@ -155,51 +204,45 @@ impl OciSource {
             .filter(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
             .collect();
         let [layer] = layers.as_slice() else {
-            let types: Vec<&str> = manifest
+            let mut types: Vec<String> = manifest
                 .layers
                 .iter()
-                .map(|l| l.media_type.as_str())
+                .take(4)
+                .map(|l| excerpt(&l.media_type))
                 .collect();
+            if manifest.layers.len() > 4 {
+                types.push(format!("and {} more", manifest.layers.len() - 4));
+            }
             return Err(LoadError::NotAComponent {
                 source_ref: source.to_string(),
                 reason: format!(
-                    "{reference} must have exactly one {WASM_LAYER_MEDIA_TYPE} layer (layers: {types:?})"
+                    "{reference} must have exactly one {WASM_LAYER_MEDIA_TYPE} layer (layers: {})",
+                    types.join(", ")
                 ),
             });
         };
-        if layer.size < 0 || layer.size as u64 > MAX_COMPONENT_BYTES as u64 {
-            return Err(LoadError::NotAComponent {
-                source_ref: source.to_string(),
-                reason: format!(
-                    "layer of {} bytes is over the {MAX_COMPONENT_BYTES} byte limit",
-                    layer.size
-                ),
-            });
-        }
-        let expected = Digest::parse(&layer.digest).map_err(|err| fetch_error(source, err))?;
-        let mut bytes = Vec::with_capacity(layer.size as usize);
-        client
-            .pull_blob(&parsed, *layer, &mut bytes)
+        // Fetched from the manifest's own digest, so that what was resolved is what is read.
+        let bytes = self
+            .puller
+            .blob(&target, layer, MAX_COMPONENT_BYTES)
             .await
-            .map_err(|err| {
-                fetch_error(
-                    source,
-                    format!("pulling layer {} of {reference}: {err}", layer.digest),
-                )
+            .map_err(|err| match err {
+                BlobError::Oversized(reason) => LoadError::NotAComponent {
+                    source_ref: source.to_string(),
+                    reason,
+                },
+                BlobError::Mismatch { expected, actual } => LoadError::DigestMismatch {
+                    source_ref: source.to_string(),
+                    expected: expected.to_string(),
+                    actual: actual.to_string(),
+                },
+                BlobError::Failed(reason) => failed(reason),
             })?;
-        let fetched = Fetched::new(bytes);
-        if fetched.digest != expected {
-            return Err(LoadError::DigestMismatch {
-                source_ref: source.to_string(),
-                expected: expected.to_string(),
-                actual: fetched.digest.to_string(),
-            });
-        }
         Ok((
             Resolved {
-                manifest: manifest_digest,
+                manifest: manifest_digest.to_string(),
             },
-            fetched,
+            Fetched::new(bytes),
         ))
     }
 
@@ -209,7 +252,7 @@ impl OciSource {
             .parse()
             .map_err(|err| anyhow::anyhow!("invalid OCI reference {reference:?}: {err}"))?;
         let client = self.client(parsed.resolve_registry());
-        let auth = self.auth(&parsed);
+        let auth = self.push_auth(&parsed);
         let layer_digest = Digest::of(component);
         let config = serde_json::json!({
             "architecture": "wasm",

@@ -1,0 +1,264 @@
+//! Where components are compiled. The host compiles in a child process (`wasmop
+//! compile-worker`), one at a time, under an address-space limit and a wall-clock timeout: a
+//! component built to take Cranelift's time or memory (a "compile bomb": one enormous function,
+//! a hundred thousand small ones) costs a failed load of that version, never the host, which
+//! keeps serving every other App. The worker sends back wasmtime's serialized artifact, which
+//! the host loads as it loads its own cache. The CLI and tests compile in process.
+
+// Deserializing the worker's artifact is `unsafe` (see `load`).
+#![allow(unsafe_code)]
+
+use std::{
+    io::{Read, Write},
+    path::PathBuf,
+    process::{Command, ExitStatus, Stdio},
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
+
+use wasmtime::{Engine, component::Component};
+
+use super::limits::MAX_COMPONENT_BYTES;
+
+/// The largest artifact the host reads back: compiled code is a few times the component's
+/// size, and components are at most [`MAX_COMPONENT_BYTES`].
+const MAX_ARTIFACT_BYTES: usize = 32 * MAX_COMPONENT_BYTES;
+/// What the host keeps of the worker's stderr (its error message).
+const MAX_STDERR_BYTES: usize = 4 << 10;
+
+/// The bounds of one compile in the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// The worker's address-space limit (`RLIMIT_AS`), which caps what Cranelift can allocate.
+    pub memory_bytes: u64,
+    /// How long a compile may take before the worker is killed.
+    pub timeout: Duration,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        Self {
+            // kvstore (1.5 MB) compiles within 512 MiB of address space (150 MiB resident); the
+            // rest is headroom.
+            memory_bytes: 1 << 30,
+            // kvstore compiles in about 1.5 s on a 2-core machine.
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a compile failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// The component is not one wasmtime compiles (invalid, or over a limit): a property of
+    /// these bytes, so remembered and not retried.
+    #[error("{0}")]
+    Refused(String),
+    /// The host could not run a compile at all (no worker): nothing is known about the bytes.
+    #[error("{0}")]
+    Host(String),
+}
+
+/// How a [`PluginEngine`](super::engine::PluginEngine) compiles.
+pub enum Compiler {
+    /// In this process: where a person chose the component (the CLI, tests, benchmarks).
+    InProcess,
+    /// In `wasmop compile-worker` child processes, one at a time.
+    Worker {
+        /// The `wasmop` binary.
+        exe: PathBuf,
+        /// The bounds of each compile.
+        limits: CompileLimits,
+        /// Held while a worker runs: compiles are serialised (each already uses every core).
+        slot: Mutex<()>,
+    },
+}
+
+impl Compiler {
+    /// Compiles in workers of the running binary.
+    pub fn worker(limits: CompileLimits) -> std::io::Result<Self> {
+        Ok(Self::Worker {
+            exe: std::env::current_exe()?,
+            limits,
+            slot: Mutex::new(()),
+        })
+    }
+
+    /// Compiles in workers of `exe` (tests, which are not the `wasmop` binary themselves).
+    pub fn worker_at(exe: PathBuf, limits: CompileLimits) -> Self {
+        Self::Worker {
+            exe,
+            limits,
+            slot: Mutex::new(()),
+        }
+    }
+
+    /// Compiles `bytes` for `engine`.
+    pub fn compile(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, CompileError> {
+        match self {
+            Self::InProcess => Component::new(engine, bytes)
+                .map_err(|err| CompileError::Refused(format!("{err:#}"))),
+            Self::Worker { exe, limits, slot } => {
+                let _slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+                let artifact = run_worker(exe, *limits, bytes)?;
+                load(engine, &artifact)
+            }
+        }
+    }
+}
+
+/// Loads an artifact the worker compiled.
+fn load(engine: &Engine, artifact: &[u8]) -> Result<Component, CompileError> {
+    // SAFETY: the artifact is what this binary's own compiler produced for this engine's
+    // settings, a moment ago, from the component the host would otherwise compile in process:
+    // it is trusted exactly as much as an in-process compile. wasmtime checks that it was
+    // built by this wasmtime with compatible settings.
+    unsafe { Component::deserialize(engine, artifact) }.map_err(|err| {
+        CompileError::Host(format!("loading the compile worker's artifact: {err:#}"))
+    })
+}
+
+/// Runs `exe compile-worker` on `bytes`; the artifact, or why there is none.
+fn run_worker(exe: &PathBuf, limits: CompileLimits, bytes: &[u8]) -> Result<Vec<u8>, CompileError> {
+    let mut child = Command::new(exe)
+        .arg("compile-worker")
+        .arg("--memory-bytes")
+        .arg(limits.memory_bytes.to_string())
+        // mimalloc reserves 1 GiB of address space up front, which the worker's limit counts;
+        // without this, a 1 GiB limit leaves too little to start the compiler's threads.
+        .env("MIMALLOC_ARENA_RESERVE", "64MiB")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| {
+            CompileError::Host(format!(
+                "starting the compile worker {}: {err}",
+                exe.display()
+            ))
+        })?;
+    let start = Instant::now();
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(CompileError::Host("the compile worker has no pipes".into()));
+    };
+    // The pipes are served on threads, so that a worker that stops reading or floods its output
+    // cannot block the host; the deadline below ends them all.
+    let input = bytes.to_vec();
+    let writer = thread::spawn(move || {
+        // A worker that dies early closes the pipe; its exit status says why.
+        let _ = stdin.write_all(&input);
+    });
+    let reader = thread::spawn(move || read_capped(stdout, MAX_ARTIFACT_BYTES));
+    let errors = thread::spawn(move || read_capped(stderr, MAX_STDERR_BYTES));
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if start.elapsed() >= limits.timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(CompileError::Refused(format!(
+                    "compiling took longer than {:?}; the compiler was stopped",
+                    limits.timeout
+                )));
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(5)),
+            Err(err) => {
+                let _ = child.kill();
+                break Err(CompileError::Host(format!(
+                    "waiting for the compile worker: {err}"
+                )));
+            }
+        }
+    };
+    let _ = writer.join();
+    let artifact = reader.join().ok().flatten();
+    let stderr = errors.join().ok().flatten().unwrap_or_default();
+    let status = status?;
+    let said = String::from_utf8_lossy(&stderr).trim().to_string();
+    if status.success() {
+        return artifact.ok_or_else(|| {
+            CompileError::Refused(format!(
+                "the compiled artifact is over {MAX_ARTIFACT_BYTES} bytes"
+            ))
+        });
+    }
+    // Exit code 2 is the worker's own failure (its limit, its engine), not the component's.
+    if status.code() == Some(2) {
+        return Err(CompileError::Host(format!(
+            "the compile worker failed: {said}"
+        )));
+    }
+    Err(CompileError::Refused(failure(status, &said, limits)))
+}
+
+/// Why a worker that exited with `status` failed, in words.
+fn failure(status: ExitStatus, said: &str, limits: CompileLimits) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let limit = format!("its {} MiB memory limit", limits.memory_bytes >> 20);
+    match status.signal() {
+        // An allocation refused under RLIMIT_AS aborts the worker (Rust's allocation error
+        // handler); a stack too deep for the limit kills it.
+        Some(6 | 9 | 11) => format!(
+            "the compiler ran out of {limit} (signal {})",
+            status.signal().unwrap_or(0)
+        ),
+        Some(signal) => format!("the compiler died (signal {signal})"),
+        None if said.contains("memory allocation") || said.contains("out of memory") => {
+            format!("the compiler ran out of {limit}")
+        }
+        None if said.is_empty() => format!("the compiler failed ({status})"),
+        None => said.to_string(),
+    }
+}
+
+/// Reads `from` to its end, keeping at most `cap` bytes; `None` if there was more.
+fn read_capped(from: impl Read, cap: usize) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let read = from.take(cap as u64 + 1).read_to_end(&mut bytes);
+    (read.is_ok() && bytes.len() <= cap).then_some(bytes)
+}
+
+/// `wasmop compile-worker`: limits its own address space to `memory_bytes`, reads a component
+/// from stdin, compiles it for the host's engine settings and writes the artifact to stdout.
+/// Exits 1 with the reason on stderr when the component does not compile.
+pub fn worker_main(memory_bytes: u64) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let limit = rustix::process::Rlimit {
+        current: Some(memory_bytes),
+        maximum: Some(memory_bytes),
+    };
+    if let Err(err) = rustix::process::setrlimit(rustix::process::Resource::As, limit) {
+        eprintln!("setting the compile worker's memory limit: {err}");
+        return ExitCode::from(2);
+    }
+    let Some(bytes) = read_capped(std::io::stdin().lock(), MAX_COMPONENT_BYTES) else {
+        eprintln!("the component is over {MAX_COMPONENT_BYTES} bytes");
+        return ExitCode::FAILURE;
+    };
+    let engine = match super::engine::compile_engine() {
+        Ok(engine) => engine,
+        Err(err) => {
+            eprintln!("building the compile engine: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match engine.precompile_component(&bytes) {
+        Ok(artifact) => match std::io::stdout().lock().write_all(&artifact) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("writing the artifact: {err}");
+                ExitCode::from(2)
+            }
+        },
+        Err(err) => {
+            let message = format!("{err:#}");
+            eprintln!("{}", message.chars().take(2000).collect::<String>());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,696 @@
+//! Pull: the host's own client for reading plugins from OCI registries, bounded wherever a
+//! registry could make the host wait, allocate or reach somewhere else.
+//!
+//! Whoever may create an App chooses the registry, so the registry is untrusted:
+//! - every body is read in chunks against a cap (a manifest [`PullLimits::manifest_bytes`], a
+//!   token [`PullLimits::token_bytes`], a blob exactly the size its descriptor declares), and an
+//!   error response's body is never read at all;
+//! - connecting, each read and the whole resolve or fetch have timeouts, so a registry that
+//!   drips one byte at a time is cut off;
+//! - redirects stay on the registry's scheme, host and port (a blob may go to another HTTPS host,
+//!   as the large registries send blobs to their CDNs), at most [`MAX_REDIRECTS`] of them;
+//! - the token `realm` of a Bearer challenge must be HTTPS (or the registry's own plain-HTTP
+//!   host where plain HTTP is allowed), without credentials in the URL;
+//! - no name or address resolves to a link-local or cloud metadata address
+//!   ([`is_blocked`]), checked after DNS resolution for names and before any request for
+//!   addresses in URLs: nothing a registry says can make the host ask its node's metadata
+//!   service for credentials;
+//! - what a registry says reaches errors only as a status code or a short, escaped excerpt.
+//!
+//! Pushing (`wasmop plugin push`) is a command a person runs against a registry they chose; it
+//! stays on `oci-client`.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use reqwest::{Method, StatusCode, Url, header, redirect};
+use serde::Deserialize;
+
+use crate::plugin::Digest;
+
+/// Most redirects one request follows.
+pub const MAX_REDIRECTS: usize = 3;
+
+/// The manifest media types the host reads (the component is an image manifest's layer).
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json;q=0.9, \
+     application/vnd.oci.image.index.v1+json;q=0.5";
+
+/// What one pull may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullLimits {
+    /// Largest manifest read: 4 MiB, the size registries must accept (OCI distribution spec),
+    /// for a document that names one layer.
+    pub manifest_bytes: usize,
+    /// Largest token response read.
+    pub token_bytes: usize,
+    /// Longest wait for a connection.
+    pub connect: Duration,
+    /// Longest wait for the next bytes of a response.
+    pub read: Duration,
+    /// Longest one resolve or fetch may take, every request included.
+    pub total: Duration,
+}
+
+impl Default for PullLimits {
+    fn default() -> Self {
+        Self {
+            manifest_bytes: 4 << 20,
+            token_bytes: 64 << 10,
+            connect: Duration::from_secs(10),
+            read: Duration::from_secs(20),
+            // An 8 MiB component at 200 KiB/s, with room for a token and a manifest.
+            total: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One registry as the puller addresses it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `https://host[:port]` (or `http://` where plain HTTP is allowed).
+    pub base: Url,
+    /// The repository, e.g. `plugins/kvstore`.
+    pub repository: String,
+    /// Basic credentials for this registry, if the host has some.
+    pub credentials: Option<(String, String)>,
+}
+
+/// The parts of an image manifest the host reads.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// Present (and non-empty) only in an index.
+    #[serde(default)]
+    pub manifests: Vec<serde_json::Value>,
+    /// The config descriptor.
+    pub config: Option<Descriptor>,
+    /// The layer descriptors.
+    #[serde(default)]
+    pub layers: Vec<Descriptor>,
+}
+
+/// A content descriptor.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    /// Its media type.
+    pub media_type: String,
+    /// `sha256:...`.
+    pub digest: String,
+    /// Its size in bytes, as the registry declares it.
+    pub size: i64,
+}
+
+/// Why a blob was not delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// Its descriptor declares more than the host reads.
+    #[error("{0}")]
+    Oversized(String),
+    /// What arrived is not what the descriptor names.
+    #[error("the layer's digest is {actual}, not the {expected} its descriptor declares")]
+    Mismatch {
+        /// The descriptor's digest.
+        expected: Digest,
+        /// What arrived.
+        actual: Digest,
+    },
+    /// The registry failed, refused, sent too much or too little, or was too slow.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Reads manifests and blobs; one per host, shared by every source.
+pub struct Puller {
+    http: reqwest::Client,
+    limits: PullLimits,
+    /// Bearer tokens by registry and repository, until they expire.
+    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+}
+
+impl Puller {
+    /// A puller within `limits`.
+    pub fn new(limits: PullLimits) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(limits.connect)
+            .read_timeout(limits.read)
+            .timeout(limits.total)
+            .redirect(redirect::Policy::custom(redirect_policy))
+            .dns_resolver(Arc::new(GuardedResolver))
+            .referer(false)
+            .no_proxy()
+            .user_agent(concat!("wasmop/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|err| format!("building the registry client: {err}"))?;
+        Ok(Self {
+            http,
+            limits,
+            tokens: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> PullLimits {
+        self.limits
+    }
+
+    /// The digest of the manifest `reference` (a tag or a digest) names now.
+    pub async fn resolve(&self, target: &Target, reference: &str) -> Result<Digest, String> {
+        self.within_total("resolving", async {
+            let path = format!("/v2/{}/manifests/{reference}", target.repository);
+            let response = self
+                .send(target, Method::HEAD, &path, "the manifest")
+                .await?;
+            if let Some(digest) = response
+                .headers()
+                .get("docker-content-digest")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| Digest::parse(v).ok())
+            {
+                return Ok(digest);
+            }
+            // No usable digest header: the digest is the manifest's own.
+            let (_, digest) = self.manifest(target, reference).await?;
+            Ok(digest)
+        })
+        .await
+    }
+
+    /// The manifest `reference` names, and its digest (checked against `reference` when that
+    /// is a digest).
+    pub async fn manifest(
+        &self,
+        target: &Target,
+        reference: &str,
+    ) -> Result<(Manifest, Digest), String> {
+        self.within_total("pulling the manifest", async {
+            let path = format!("/v2/{}/manifests/{reference}", target.repository);
+            let response = self
+                .send(target, Method::GET, &path, "the manifest")
+                .await?;
+            let body = read_capped(response, self.limits.manifest_bytes, "the manifest").await?;
+            let digest = Digest::of(&body);
+            if reference.starts_with("sha256:") && digest.as_str() != reference {
+                return Err(format!(
+                    "the manifest's digest is {digest}, not the {reference} asked for"
+                ));
+            }
+            let manifest: Manifest = serde_json::from_slice(&body)
+                .map_err(|err| format!("the manifest is not an OCI manifest: {err}"))?;
+            Ok((manifest, digest))
+        })
+        .await
+    }
+
+    /// The blob `descriptor` names: exactly its declared size, with its digest checked.
+    pub async fn blob(
+        &self,
+        target: &Target,
+        descriptor: &Descriptor,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, BlobError> {
+        let expected = Digest::parse(&descriptor.digest).map_err(BlobError::Failed)?;
+        let size = usize::try_from(descriptor.size).map_err(|_| {
+            BlobError::Failed(format!("the layer declares {} bytes", descriptor.size))
+        })?;
+        if size > max_bytes {
+            return Err(BlobError::Oversized(format!(
+                "the layer declares {size} bytes, over the {max_bytes} byte limit"
+            )));
+        }
+        let bytes = self
+            .within_total("pulling the layer", async {
+                let path = format!("/v2/{}/blobs/{expected}", target.repository);
+                let response = self.send(target, Method::GET, &path, "the layer").await?;
+                let bytes = read_capped(response, size, "the layer").await?;
+                if bytes.len() != size {
+                    return Err(format!(
+                        "the layer ended after {} of its declared {size} bytes",
+                        bytes.len()
+                    ));
+                }
+                Ok(bytes)
+            })
+            .await
+            .map_err(BlobError::Failed)?;
+        let actual = Digest::of(&bytes);
+        if actual != expected {
+            return Err(BlobError::Mismatch { expected, actual });
+        }
+        Ok(bytes)
+    }
+
+    async fn within_total<T>(
+        &self,
+        what: &str,
+        work: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        tokio::time::timeout(self.limits.total, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("{what} timed out after {:?}", self.limits.total)))
+    }
+
+    /// Sends one request, answering an authentication challenge once; a success or an error
+    /// naming the status.
+    async fn send(
+        &self,
+        target: &Target,
+        method: Method,
+        path: &str,
+        what: &str,
+    ) -> Result<reqwest::Response, String> {
+        let url = target
+            .base
+            .join(path)
+            .map_err(|err| format!("{what}: {path:?} is not a URL path: {err}"))?;
+        check_address(&url).map_err(|reason| format!("{what}: {reason}"))?;
+        let key = (target.base.to_string(), target.repository.clone());
+        let request = |auth: Option<&Auth>| {
+            let request = self
+                .http
+                .request(method.clone(), url.clone())
+                .header(header::ACCEPT, MANIFEST_ACCEPT);
+            match auth {
+                Some(Auth::Bearer(token)) => request.bearer_auth(token),
+                Some(Auth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+                None => request,
+            }
+        };
+        let cached = self.token(&key).map(Auth::Bearer);
+        let response = request(cached.as_ref())
+            .send()
+            .await
+            .map_err(|err| transport(what, err))?;
+        let response = if response.status() == StatusCode::UNAUTHORIZED {
+            let challenge = response
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(Challenge::parse);
+            let auth = match challenge {
+                Some(Challenge::Bearer { realm, service }) => Auth::Bearer(
+                    self.fetch_token(target, &key, &realm, service.as_deref())
+                        .await?,
+                ),
+                Some(Challenge::Basic) => match &target.credentials {
+                    Some((user, password)) => Auth::Basic(user.clone(), password.clone()),
+                    None => {
+                        return Err(format!(
+                            "{what}: the registry asks for credentials, and the host has none for it"
+                        ));
+                    }
+                },
+                None => {
+                    return Err(format!(
+                        "{what}: the registry answered 401 without a challenge the host understands"
+                    ));
+                }
+            };
+            request(Some(&auth))
+                .send()
+                .await
+                .map_err(|err| transport(what, err))?
+        } else {
+            response
+        };
+        let status = response.status();
+        if !status.is_success() {
+            // The body is the registry's to fill; it is not read, let alone repeated.
+            return Err(format!("the registry answered {status} for {what}"));
+        }
+        Ok(response)
+    }
+
+    fn token(&self, key: &(String, String)) -> Option<String> {
+        let tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        tokens
+            .get(key)
+            .filter(|(_, until)| *until > Instant::now())
+            .map(|(token, _)| token.clone())
+    }
+
+    /// Asks the challenge's `realm` for a pull token for the target's repository.
+    async fn fetch_token(
+        &self,
+        target: &Target,
+        key: &(String, String),
+        realm: &str,
+        service: Option<&str>,
+    ) -> Result<String, String> {
+        let what = "the registry's token service";
+        let mut url = check_realm(&target.base, realm).map_err(|r| format!("{what}: {r}"))?;
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            query.append_pair("scope", &format!("repository:{}:pull", target.repository));
+        }
+        let mut request = self.http.get(url);
+        if let Some((user, password)) = &target.credentials {
+            request = request.basic_auth(user, Some(password));
+        }
+        let response = request.send().await.map_err(|err| transport(what, err))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("{what} answered {status}"));
+        }
+        let body = read_capped(response, self.limits.token_bytes, what).await?;
+        #[derive(Deserialize)]
+        struct TokenResponse {
+            token: Option<String>,
+            access_token: Option<String>,
+            expires_in: Option<u64>,
+        }
+        let parsed: TokenResponse = serde_json::from_slice(&body)
+            .map_err(|err| format!("{what} answered something other than a token: {err}"))?;
+        let token = parsed
+            .token
+            .or(parsed.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| format!("{what} answered without a token"))?;
+        // The spec's default lifetime is 60 s; a minute's margin keeps a token from expiring
+        // between the manifest and the blob.
+        let lifetime = Duration::from_secs(parsed.expires_in.unwrap_or(60).clamp(60, 3600) - 30);
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), (token.clone(), Instant::now() + lifetime));
+        Ok(token)
+    }
+}
+
+enum Auth {
+    Bearer(String),
+    Basic(String, String),
+}
+
+/// A `WWW-Authenticate` challenge the puller answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Challenge {
+    Basic,
+    Bearer {
+        realm: String,
+        service: Option<String>,
+    },
+}
+
+impl Challenge {
+    /// Parses `Basic ...` or `Bearer realm="...",service="...",scope="..."`; anything else
+    /// (or a Bearer challenge without a realm) is a Basic one, which needs credentials.
+    fn parse(header: &str) -> Self {
+        let (scheme, rest) = header.trim().split_once(' ').unwrap_or((header.trim(), ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Self::Basic;
+        }
+        let mut params = HashMap::new();
+        let mut rest = rest.trim();
+        while let Some((key, after)) = rest.split_once('=') {
+            let key = key
+                .trim()
+                .trim_start_matches(',')
+                .trim()
+                .to_ascii_lowercase();
+            let after = after.trim_start();
+            let (value, next) = match after.strip_prefix('"') {
+                Some(quoted) => match quoted.split_once('"') {
+                    Some((value, next)) => (value, next),
+                    None => (quoted, ""),
+                },
+                None => after.split_once(',').unwrap_or((after, "")),
+            };
+            params.insert(key, value.to_string());
+            rest = next.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+        }
+        match params.remove("realm") {
+            Some(realm) => Self::Bearer {
+                realm,
+                service: params.remove("service"),
+            },
+            None => Self::Basic,
+        }
+    }
+}
+
+/// The realm as a URL the host may ask for a token: HTTPS (or plain HTTP only on the
+/// registry's own host, where the registry itself is plain HTTP), no credentials in it, not a
+/// blocked address.
+fn check_realm(registry: &Url, realm: &str) -> Result<Url, String> {
+    let url = Url::parse(realm).map_err(|_| format!("realm {} is not a URL", excerpt(realm)))?;
+    let same_host = url.host_str() == registry.host_str()
+        && url.port_or_known_default() == registry.port_or_known_default();
+    match url.scheme() {
+        "https" => {}
+        "http" if registry.scheme() == "http" && same_host => {}
+        _ => {
+            return Err(format!(
+                "realm {} is not HTTPS (plain HTTP only on the registry's own host)",
+                excerpt(realm)
+            ));
+        }
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("the realm carries credentials in its URL".into());
+    }
+    check_address(&url)?;
+    Ok(url)
+}
+
+/// Refuses a URL whose host is a blocked address literal; names are checked when resolved.
+fn check_address(url: &Url) -> Result<(), String> {
+    let host = url.host_str().ok_or("the URL has no host")?;
+    // IPv6 literals come bracketed.
+    let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    else {
+        return Ok(());
+    };
+    if is_blocked(ip) {
+        return Err(format!(
+            "{ip} is a link-local or metadata address, which the host never contacts"
+        ));
+    }
+    Ok(())
+}
+
+/// Link-local and cloud metadata addresses, and addresses no registry has: never contacted,
+/// whatever a policy says. Loopback stays reachable (a registry on the node, as in
+/// development); private ranges are for `PluginPolicy` registries to allow or not.
+pub fn is_blocked(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(ip) => is_blocked_v4(ip),
+        IpAddr::V6(ip) => {
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return is_blocked_v4(v4);
+            }
+            let first = ip.segments()[0];
+            // fe80::/10 link-local; fd00:ec2::254 is AWS's IPv6 metadata service.
+            (first & 0xffc0) == 0xfe80
+                || ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+                || ip.is_unspecified()
+                || ip.is_multicast()
+        }
+    }
+}
+
+fn is_blocked_v4(ip: Ipv4Addr) -> bool {
+    ip.is_link_local() // 169.254.0.0/16: AWS, GCP, Azure, OpenStack metadata
+        || ip == Ipv4Addr::new(100, 100, 100, 200) // Alibaba Cloud metadata
+        || ip.octets()[0] == 0 // "this network"
+        || ip.is_broadcast()
+        || ip.is_multicast()
+}
+
+/// Resolves names as the system does, then drops blocked addresses: a name that resolves only
+/// to them is an error, so no DNS answer can point the host at its metadata service.
+struct GuardedResolver;
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|a| !is_blocked(a.ip()))
+                .collect();
+            if allowed.is_empty() && !found.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to link-local or metadata addresses, which the host \
+                     never contacts"
+                )
+                .into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// Redirects stay on the first URL's scheme, host and port; a blob may move to another HTTPS
+/// host (registries serve blobs from CDNs; reqwest drops the credentials on such a hop). At
+/// most [`MAX_REDIRECTS`], never to a blocked address literal.
+fn redirect_policy(attempt: redirect::Attempt<'_>) -> redirect::Action {
+    let Some(first) = attempt.previous().first().cloned() else {
+        return attempt.stop();
+    };
+    if attempt.previous().len() > MAX_REDIRECTS {
+        return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    let to = attempt.url().clone();
+    if let Err(reason) = check_address(&to) {
+        return attempt.error(format!("redirect refused: {reason}"));
+    }
+    let same_origin = to.scheme() == first.scheme()
+        && to.host_str() == first.host_str()
+        && to.port_or_known_default() == first.port_or_known_default();
+    let blob_to_https = first.path().contains("/blobs/") && to.scheme() == "https";
+    if same_origin || blob_to_https {
+        attempt.follow()
+    } else {
+        attempt.error(format!(
+            "redirect to {} refused: only to the registry itself (or HTTPS for a blob)",
+            excerpt(&origin(&to))
+        ))
+    }
+}
+
+fn origin(url: &Url) -> String {
+    format!(
+        "{}://{}{}",
+        url.scheme(),
+        url.host_str().unwrap_or(""),
+        url.port().map(|p| format!(":{p}")).unwrap_or_default()
+    )
+}
+
+/// Reads a response body, refusing it as soon as it passes `cap` bytes.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    if let Some(declared) = response.content_length()
+        && declared > cap as u64
+    {
+        return Err(format!(
+            "{what} is {declared} bytes, over its {cap} byte limit"
+        ));
+    }
+    let mut body = Vec::with_capacity(cap.min(1 << 20));
+    while let Some(chunk) = response.chunk().await.map_err(|err| transport(what, err))? {
+        if body.len() + chunk.len() > cap {
+            return Err(format!("{what} is over its {cap} byte limit"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A transport failure, without the URL (after a redirect, one the registry chose).
+fn transport(what: &str, err: reqwest::Error) -> String {
+    if err.is_timeout() {
+        return format!("{what} timed out");
+    }
+    let kind = if err.is_connect() {
+        "cannot connect"
+    } else if err.is_redirect() {
+        "redirect refused"
+    } else {
+        "transfer failed"
+    };
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        causes.push(cause.to_string());
+        source = cause.source();
+    }
+    let cause = causes
+        .last()
+        .map(|c| format!(": {}", excerpt(c)))
+        .unwrap_or_default();
+    format!("{what}: {kind}{cause}")
+}
+
+/// At most 120 characters of something a registry said, escaped.
+pub fn excerpt(text: &str) -> String {
+    let cut: String = text.chars().take(120).collect();
+    let escaped = format!("{cut:?}");
+    if text.chars().count() > 120 {
+        format!("{escaped}...")
+    } else {
+        escaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges_parse_as_registries_send_them() {
+        assert_eq!(
+            Challenge::parse(
+                r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/x:pull""#
+            ),
+            Challenge::Bearer {
+                realm: "https://auth.docker.io/token".into(),
+                service: Some("registry.docker.io".into()),
+            }
+        );
+        assert_eq!(
+            Challenge::parse(r#"Basic realm="Registry Realm""#),
+            Challenge::Basic
+        );
+        assert_eq!(Challenge::parse("Bearer service=x"), Challenge::Basic);
+    }
+
+    #[test]
+    fn metadata_and_link_local_addresses_are_blocked_loopback_is_not() {
+        for ip in [
+            "169.254.169.254",
+            "169.254.0.1",
+            "100.100.100.200",
+            "0.0.0.0",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::ffff:169.254.169.254",
+            "255.255.255.255",
+        ] {
+            assert!(is_blocked(ip.parse().expect("an address")), "{ip}");
+        }
+        for ip in ["127.0.0.1", "::1", "10.0.0.1", "8.8.8.8", "2001:db8::1"] {
+            assert!(!is_blocked(ip.parse().expect("an address")), "{ip}");
+        }
+    }
+
+    #[test]
+    fn realms_must_be_https_or_the_plain_registry_itself() {
+        let https = Url::parse("https://ghcr.io").expect("url");
+        assert!(check_realm(&https, "https://ghcr.io/token").is_ok());
+        assert!(check_realm(&https, "https://auth.example/token").is_ok());
+        assert!(check_realm(&https, "http://ghcr.io/token").is_err());
+        let err =
+            check_realm(&https, "https://169.254.169.254/latest/meta-data/").expect_err("metadata");
+        assert!(err.contains("169.254.169.254"), "{err}");
+        assert!(check_realm(&https, "https://user:pw@auth.example/token").is_err());
+        let plain = Url::parse("http://127.0.0.1:15000").expect("url");
+        assert!(check_realm(&plain, "http://127.0.0.1:15000/token").is_ok());
+        assert!(check_realm(&plain, "http://127.0.0.1:15001/token").is_err());
+    }
+
+    #[test]
+    fn excerpts_are_short_and_escaped() {
+        assert_eq!(excerpt("a\nb"), "\"a\\nb\"");
+        assert!(excerpt(&"x".repeat(500)).len() < 130);
+    }
+}

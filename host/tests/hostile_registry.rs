@@ -1,0 +1,272 @@
+//! The host's OCI pulls against a registry written to attack them (an axum server on
+//! 127.0.0.1): a layer declared as 1 KiB that streams 256 MiB, a 100 MiB manifest, a manifest
+//! that drips a byte every 5 s, a redirect to another host, a redirect and a token realm at the
+//! cloud metadata address, and an error page full of secrets. Each must end in a specific
+//! `FetchFailed` (or `NotAComponent`) within the pull's timeout, the error must repeat nothing
+//! the registry wrote, and the process's peak RSS must stay within a few MiB. The registry runs
+//! in a child process (this test binary again, running only `serve_hostile_registry`), so that
+//! the peak measured is the puller's alone.
+
+mod support;
+
+use std::{
+    convert::Infallible,
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use futures::stream;
+use serde_json::json;
+use support::peak_rss;
+use wasmop_host::plugin::{
+    Digest, LoadError,
+    source::{
+        SourceRef,
+        oci::{OciSource, pull::PullLimits},
+    },
+};
+
+/// What the registry serves for the one layer it describes: 1 KiB declared.
+const DECLARED: usize = 1024;
+
+fn manifest(layer_digest: &str, size: usize) -> String {
+    json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json",
+                   "digest": format!("sha256:{}", "0".repeat(64)), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": layer_digest, "size": size}],
+    })
+    .to_string()
+}
+
+fn ok_manifest(body: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/vnd.oci.image.manifest.v1+json",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// An endless body of `chunk`-byte chunks, one every `every` (or as fast as read).
+fn endless(chunk: usize, every: Option<Duration>, total: usize) -> Body {
+    let chunks = stream::unfold(0usize, move |sent| async move {
+        if sent >= total {
+            return None;
+        }
+        if let Some(every) = every {
+            tokio::time::sleep(every).await;
+        }
+        Some((
+            Ok::<_, Infallible>(Bytes::from(vec![b'x'; chunk])),
+            sent + chunk,
+        ))
+    });
+    Body::from_stream(chunks)
+}
+
+async fn manifests(
+    State(port): State<u16>,
+    Path((repo, _reference)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let layer = Digest::of(&[b'x'; DECLARED]).to_string();
+    match repo.as_str() {
+        "oversized" => ok_manifest(manifest(&layer, DECLARED)),
+        // 100 MiB without a Content-Length, so only reading it finds out.
+        "big-manifest" => (StatusCode::OK, endless(64 << 10, None, 100 << 20)).into_response(),
+        "drip" => (
+            StatusCode::OK,
+            endless(1, Some(Duration::from_secs(5)), 1 << 20),
+        )
+            .into_response(),
+        "redirect" => (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(
+                header::LOCATION,
+                format!("http://127.0.0.2:{port}/v2/elsewhere/manifests/1"),
+            )],
+        )
+            .into_response(),
+        "metadata-redirect" => (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(
+                header::LOCATION,
+                "http://169.254.169.254/latest/meta-data/iam/".to_string(),
+            )],
+        )
+            .into_response(),
+        "metadata-realm" if headers.get(header::AUTHORIZATION).is_none() => (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                r#"Bearer realm="https://169.254.169.254/latest/api/token",service="x""#,
+            )],
+        )
+            .into_response(),
+        "error-page" => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal: db password=hunter2 SECRET-TOKEN",
+        )
+            .into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn blobs(Path((repo, _digest)): Path<(String, String)>) -> Response {
+    match repo.as_str() {
+        // 256 MiB behind a descriptor that says 1 KiB, without a Content-Length.
+        "oversized" => (StatusCode::OK, endless(64 << 10, None, 256 << 20)).into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// Set in the child that serves the registry.
+const SERVE: &str = "WASMOP_TEST_SERVE_HOSTILE_REGISTRY";
+
+/// The hostile registry: prints its port, serves for a minute. Runs only as the child of the
+/// test below.
+#[tokio::test]
+#[ignore = "the hostile registry, started by a_hostile_registry_gets_specific_errors_in_time_and_no_memory"]
+async fn serve_hostile_registry() {
+    if std::env::var_os(SERVE).is_none() {
+        return;
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let router = Router::new()
+        .route("/v2/{repo}/manifests/{reference}", get(manifests))
+        .route("/v2/{repo}/blobs/{digest}", get(blobs))
+        .with_state(port);
+    println!("listening on {port}");
+    let _ = tokio::time::timeout(Duration::from_secs(60), axum::serve(listener, router)).await;
+}
+
+/// Starts the registry in a child process; its port, and the child (killed on drop).
+fn start_registry() -> (u16, KillOnDrop) {
+    let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "serve_hostile_registry",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(SERVE, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the registry process");
+    let stdout = child.stdout.take().expect("its stdout");
+    let port = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("listening on ")?.trim().parse().ok())
+        .expect("the registry's port");
+    (port, KillOnDrop(child))
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
+    let (port, _registry) = start_registry();
+
+    let limits = PullLimits {
+        read: Duration::from_secs(2),
+        total: Duration::from_secs(4),
+        ..PullLimits::default()
+    };
+    let oci = OciSource::with_limits(None, Vec::new(), limits).expect("a source");
+    // One plain miss first, so that what the first request of a process sets up once (the
+    // connection pool, the runtime's worker threads) is not counted as the attacks' cost.
+    let missing = format!("127.0.0.1:{port}/missing:1");
+    let err = oci
+        .resolve(&SourceRef::Oci(missing.clone()), &missing)
+        .await
+        .expect_err("a 404");
+    assert!(err.to_string().contains("404 Not Found"), "{err}");
+    let before = peak_rss();
+    println!("peak RSS before the attacks: {} MiB", before >> 20);
+    // Every attack is the registry's failure to deliver: FetchFailed, saying which.
+    let cases = [
+        ("oversized", "the layer is over its 1024 byte limit"),
+        (
+            "big-manifest",
+            "the manifest is over its 4194304 byte limit",
+        ),
+        ("drip", "timed out"),
+        ("redirect", "only to the registry itself"),
+        (
+            "metadata-redirect",
+            "169.254.169.254 is a link-local or metadata address",
+        ),
+        (
+            "metadata-realm",
+            "169.254.169.254 is a link-local or metadata address",
+        ),
+    ];
+    for (repo, words) in cases {
+        let reference = format!("127.0.0.1:{port}/{repo}:1");
+        let source = SourceRef::Oci(reference.clone());
+        let start = Instant::now();
+        let err = oci
+            .fetch(&source, &reference)
+            .await
+            .expect_err("a hostile registry delivers nothing");
+        let elapsed = start.elapsed();
+        println!(
+            "{repo}: {err} ({elapsed:?}; peak RSS +{} MiB so far)",
+            peak_rss().saturating_sub(before) >> 20
+        );
+        assert!(
+            matches!(err, LoadError::Fetch { .. }),
+            "{repo}: unexpected {err:?}"
+        );
+        assert!(err.to_string().contains(words), "{repo}: {err}");
+        assert!(
+            elapsed < limits.total + Duration::from_secs(1),
+            "{repo} took {elapsed:?}"
+        );
+    }
+
+    let reference = format!("127.0.0.1:{port}/error-page:1");
+    let err = oci
+        .resolve(&SourceRef::Oci(reference.clone()), &reference)
+        .await
+        .expect_err("a 500");
+    let text = err.to_string();
+    assert!(text.contains("500 Internal Server Error"), "{text}");
+    assert!(
+        !text.contains("hunter2") && !text.contains("SECRET"),
+        "the registry's words reached the error: {text}"
+    );
+
+    let grown = peak_rss().saturating_sub(before);
+    println!("peak RSS grew {} MiB", grown >> 20);
+    // The manifest cap (4 MiB) and a few reads in flight; naively, 256 MiB for the layer alone.
+    assert!(
+        grown < 24 << 20,
+        "peak RSS grew {} MiB over a hostile registry",
+        grown >> 20
+    );
+}
