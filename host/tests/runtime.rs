@@ -143,16 +143,17 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
             |e| matches!(e, CallError::MemoryExceeded { .. }),
             "32 MiB memory cap",
         ),
+        // 4 MiB against a 1 MiB cap: refused as it is lifted (the cap plus 1 MiB per transfer).
         (
             "huge-output",
             |e| matches!(e, CallError::BadOutput { .. }),
-            "byte cap",
+            "bytes to the host in one transfer",
         ),
         // Lists whose entries alias one buffer: the host copies out no more than its cap.
         (
             "alias-output",
             |e| matches!(e, CallError::BadOutput { .. }),
-            "byte cap",
+            "bytes to the host in one transfer",
         ),
         (
             "alias-list",
@@ -177,6 +178,15 @@ fn every_fault_is_its_own_error_within_its_deadline_while_a_good_plugin_keeps_se
     ];
     for (mode, is_expected, message) in cases {
         let start = Instant::now();
+        // Allocating to the cap is a race against the deadline on a busy machine (the other
+        // tests of this binary compile kvstore on both cores); give it the time to lose.
+        let limits = match mode {
+            "memory" => CallLimits {
+                deadline: Duration::from_secs(2),
+                ..limits
+            },
+            _ => limits,
+        };
         let err = plan(&engine, &fault, &app(json!({"fault": mode})), &limits).expect_err(mode);
         let elapsed = start.elapsed();
         assert!(is_expected(&err), "{mode}: unexpected error {err:?}");

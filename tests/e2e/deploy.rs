@@ -91,9 +91,80 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
     }
 
     let ns = TestNamespace::create(&client, "e2e-rbac").await?;
+    // What the ServiceAccount may do, and what it may not, verb by verb (kubectl auth can-i).
+    let can = |verb: &str, resource: &str, subresource: Option<&str>| -> anyhow::Result<bool> {
+        let mut command = kubectl(&local)?;
+        command.args([
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--as=system:serviceaccount:wasmop-system:wasmop",
+            "-n",
+            &ns.name,
+        ]);
+        if let Some(sub) = subresource {
+            command.arg(format!("--subresource={sub}"));
+        }
+        let out = command.output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    };
+    let expected = [
+        ("create", "statefulsets.apps", None, true),
+        ("delete", "deployments.apps", None, true),
+        ("patch", "configmaps", None, true),
+        ("watch", "pods", None, true),
+        ("update", "apps.wasmop.dev", Some("finalizers"), true),
+        ("patch", "apps.wasmop.dev", Some("status"), true),
+        ("patch", "pluginpolicies.wasmop.dev", Some("status"), true),
+        ("create", "events.events.k8s.io", None, true),
+        // Never: CRDs, Secrets, RBAC, pods, other namespaces' objects' owners, the policies.
+        (
+            "create",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "patch",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            false,
+        ),
+        ("get", "secrets", None, false),
+        ("list", "secrets", None, false),
+        (
+            "create",
+            "rolebindings.rbac.authorization.k8s.io",
+            None,
+            false,
+        ),
+        ("create", "pods", None, false),
+        ("delete", "pods", None, false),
+        ("create", "apps.wasmop.dev", None, false),
+        ("delete", "apps.wasmop.dev", None, false),
+        ("patch", "pluginpolicies.wasmop.dev", None, false),
+        ("create", "pluginpolicies.wasmop.dev", None, false),
+        ("create", "networkpolicies.networking.k8s.io", None, false),
+        ("patch", "namespaces", None, false),
+    ];
+    for (verb, resource, subresource, allowed) in expected {
+        anyhow::ensure!(
+            can(verb, resource, subresource)? == allowed,
+            "the ServiceAccount {} {verb} {resource}{}",
+            if allowed { "may not" } else { "may" },
+            subresource.map(|s| format!("/{s}")).unwrap_or_default()
+        );
+    }
+
     let image = push_kvstore(&local).await?;
     let identity = unique("rbac-host");
-    let args = ["--leader-elect", "--lease-namespace", "wasmop-system"];
+    let args = [
+        "--leader-elect",
+        "--lease-namespace",
+        "wasmop-system",
+        "--skip-crd-install",
+    ];
     // The installed replicas are kwok Pods that never run, so they never hold the lease.
     let host = Host::start_as(&kubeconfig, &ns.name, &args, &identity).await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);

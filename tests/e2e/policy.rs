@@ -193,7 +193,8 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
 
 /// `extraKinds`: a NetworkPolicy is refused under the default policy, applied (owned by the
 /// App) once a policy naming the namespace adds the kind, and pruned when the plan drops it;
-/// a policy asking for an RBAC kind says in its status that it is refused.
+/// a policy asking for an RBAC kind says in its status that it is refused; `configMapSources:
+/// false` refuses the App's plugin source.
 #[tokio::test]
 async fn extra_kinds_are_planned_observed_and_pruned_only_where_a_policy_adds_them()
 -> anyhow::Result<()> {
@@ -303,6 +304,27 @@ async fn extra_kinds_are_planned_observed_and_pruned_only_where_a_policy_adds_th
                 .await?
                 .is_none()
                 .then_some(()))
+        },
+    )
+    .await?;
+
+    // A policy that no longer allows ConfigMap sources refuses the App's plugin.
+    policies
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"configMapSources": false}})),
+        )
+        .await?;
+    wait_app(
+        &apps,
+        "netpol",
+        "its ConfigMap source refused",
+        Duration::from_secs(30),
+        |a| {
+            condition(a, "PluginReady").is_some_and(|c| {
+                c.1 == "SourceRefused" && c.2.contains("does not allow plugins from ConfigMaps")
+            })
         },
     )
     .await?;

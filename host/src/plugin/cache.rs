@@ -36,7 +36,7 @@ impl Cache {
     pub fn open(root: impl Into<PathBuf>) -> io::Result<Self> {
         let root = root.into();
         for dir in ["blobs", "compiled", "refs"] {
-            fs::create_dir_all(root.join(dir))?;
+            create_private_dir(&root.join(dir))?;
         }
         #[cfg(unix)]
         {
@@ -90,7 +90,7 @@ impl Cache {
             .map_err(|e| io::Error::other(format!("{e:#}")))
             .and_then(|artifact| {
                 if let Some(dir) = path.parent() {
-                    fs::create_dir_all(dir)?;
+                    create_private_dir(dir)?;
                 }
                 write_atomic(
                     &checksum_path(&path),
@@ -104,8 +104,15 @@ impl Cache {
     /// The compiled artifact of a component for this engine, if cached and intact.
     pub fn load_compiled(&self, engine: &PluginEngine, digest: &Digest) -> Option<Component> {
         let path = self.compiled_path(engine, digest);
-        let artifact = fs::read(&path).ok()?;
-        let recorded = fs::read_to_string(checksum_path(&path)).ok()?;
+        let artifact = match read_own_file(&path) {
+            Ok(artifact) => artifact,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "compiled plugin refused; recompiling");
+                return None;
+            }
+        };
+        let recorded = String::from_utf8(read_own_file(&checksum_path(&path)).ok()?).ok()?;
         if recorded.trim() != format!("{:x}", Sha256::digest(&artifact)) {
             tracing::warn!(path = %path.display(), "compiled plugin does not match its checksum; recompiling");
             return None;
@@ -122,7 +129,9 @@ impl Cache {
     }
 
     fn failure_path(&self, engine: &PluginEngine, digest: &Digest) -> PathBuf {
-        self.compiled_path(engine, digest).with_extension("failed")
+        let tag = engine.compiler().failure_tag();
+        self.compiled_path(engine, digest)
+            .with_extension(format!("{tag}.failed"))
     }
 
     /// Remembers that `digest` does not compile for this engine, and why, so that neither a
@@ -132,14 +141,14 @@ impl Cache {
         let reason: String = reason.chars().take(1024).collect();
         let result = path
             .parent()
-            .map_or(Ok(()), fs::create_dir_all)
+            .map_or(Ok(()), create_private_dir)
             .and_then(|()| write_atomic(&path, reason.as_bytes()));
         warn_on_failure("recording a plugin that does not compile", result);
     }
 
     /// Why `digest` did not compile for this engine, if it did not.
     pub fn recall_failure(&self, engine: &PluginEngine, digest: &Digest) -> Option<String> {
-        let reason = fs::read(self.failure_path(engine, digest)).ok()?;
+        let reason = read_own_file(&self.failure_path(engine, digest)).ok()?;
         Some(String::from_utf8_lossy(&reason[..reason.len().min(1024)]).into_owned())
     }
 
@@ -163,6 +172,47 @@ impl Cache {
     }
 }
 
+/// Reads a file only if it is what this cache wrote: a regular file, not a link (opened with
+/// `O_NOFOLLOW`), owned by this process's user and writable by nobody else, in a directory
+/// that is not writable by others either. Anything else is refused, never deserialized.
+fn read_own_file(path: &Path) -> io::Result<Vec<u8>> {
+    use std::{
+        io::Read,
+        os::unix::fs::{MetadataExt, OpenOptionsExt},
+    };
+    let refuse = |why: &str| io::Error::other(format!("{}: {why}", path.display()));
+    let me = rustix::process::geteuid().as_raw();
+    if let Some(dir) = path.parent() {
+        let meta = fs::metadata(dir)?;
+        if meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(refuse("its directory is not this user's alone"));
+        }
+    }
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file"));
+    }
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(refuse("not owned by this user alone"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Creates `dir` and its parents as the host's alone (mode 0700), whatever the umask.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 fn checksum_path(path: &Path) -> PathBuf {
     path.with_extension("cwasm.sha256")
 }
@@ -170,8 +220,15 @@ fn checksum_path(path: &Path) -> PathBuf {
 /// Writes through a temporary file and a rename, so a crash never leaves a half-written entry
 /// under the real name.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = fs::File::create(&tmp)?;
+    // The host's alone, whatever the umask: `read_own_file` refuses anything else.
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     fs::rename(&tmp, path)

@@ -5,9 +5,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use wasmtime::{
     Store, Trap,
-    component::{
-        ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower, WasmList, WasmStr,
-    },
+    component::{ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower},
 };
 
 use super::{
@@ -16,7 +14,7 @@ use super::{
     compile::{CompiledPlugin, PluginMetadata},
     engine::PluginEngine,
     input::AppContext,
-    lift::{self, Reader, StoreReader},
+    lift::{self, Reader},
     limits::CallLimits,
     object::PluginObject,
     sandbox::{CallState, CallTags},
@@ -195,7 +193,7 @@ impl CompiledPlugin {
         now_ms: i64,
         export: Export<'_>,
         params: P,
-        read: impl FnOnce(&mut StoreReader<'_>, R) -> Result<T, String>,
+        read: impl FnOnce(&mut Reader, R) -> Result<T, String>,
     ) -> Result<T, CallError>
     where
         P: ComponentNamedList + Lower,
@@ -217,10 +215,10 @@ impl CompiledPlugin {
             |store, instance| {
                 let func = instance.get_typed_func::<P, Answer<R>>(&mut *store, index)?;
                 let (answer,) = func.call(&mut *store, params)?;
-                let mut reader = Reader::new(store, limits.max_output_bytes);
+                let mut reader = Reader::new(limits.max_output_bytes);
                 Ok(match answer {
                     Ok(value) => read(&mut reader, value).map_err(Err),
-                    Err(err) => Err(Self::read_refusal(&mut reader, &err)),
+                    Err(err) => Err(Self::read_refusal(&mut reader, err)),
                 })
             },
         )?;
@@ -238,16 +236,17 @@ impl CompiledPlugin {
 
     /// A plugin's own error, copied out: its kind, message and field; or why it is unreadable.
     fn read_refusal(
-        reader: &mut StoreReader<'_>,
-        err: &lift::PluginError,
+        reader: &mut Reader,
+        err: lift::PluginError,
     ) -> Result<(&'static str, String, Option<String>), String> {
+        let kind = err.kind.as_str();
         let message = reader
-            .string(&err.message)
-            .map_err(|reason| format!("its error message {reason}"))?;
+            .string(err.message)
+            .map_err(|reason| format!("its error message: {reason}"))?;
         let field = reader
-            .optional(&err.field)
-            .map_err(|reason| format!("its error field {reason}"))?;
-        Ok((err.kind.as_str(), message, field))
+            .optional(err.field)
+            .map_err(|reason| format!("its error field: {reason}"))?;
+        Ok((kind, message, field))
     }
 
     /// The export of `capability` for [`Self::call_export`].
@@ -334,24 +333,24 @@ impl CompiledPlugin {
         limits: &CallLimits,
         tags: CallTags,
     ) -> Result<(PluginMetadata, BTreeSet<Capability>), CallError> {
-        let read = |reader: &mut StoreReader<'_>, info: lift::Info| {
-            let mut kinds = |list: &WasmList<lift::KindRef>, what: &str| {
+        let read = |reader: &mut Reader, info: lift::Info| {
+            let mut kinds = |list: Vec<lift::KindRef>, what: &str| {
                 reader
                     .list(list, MAX_LISTED, what)?
-                    .iter()
+                    .into_iter()
                     .map(|k| {
                         Ok(format!(
                             "{}/{}",
-                            reader.string(&k.api_version)?,
-                            reader.string(&k.kind)?
+                            reader.string(k.api_version)?,
+                            reader.string(k.kind)?
                         ))
                     })
                     .collect::<Result<Vec<_>, String>>()
             };
-            let owns = kinds(&info.owns, "kinds in owns")?;
-            let observes = kinds(&info.observes, "kinds in observes")?;
+            let owns = kinds(info.owns, "kinds in owns")?;
+            let observes = kinds(info.observes, "kinds in observes")?;
             let claimed = reader
-                .list(&info.capabilities, Capability::ALL.len(), "capabilities")?
+                .list(info.capabilities, Capability::ALL.len(), "capabilities")?
                 .into_iter()
                 .map(|c| match c {
                     lift::Capability::SpecDiff => Capability::SpecDiff,
@@ -361,7 +360,7 @@ impl CompiledPlugin {
                     lift::Capability::Finalize => Capability::Finalize,
                 })
                 .collect();
-            let mut text = |s: &WasmStr, field: &str, max: usize| {
+            let mut text = |s: String, field: &str, max: usize| {
                 let text = reader.string(s)?;
                 match text.len() {
                     len if len > max => {
@@ -371,9 +370,9 @@ impl CompiledPlugin {
                 }
             };
             let metadata = PluginMetadata {
-                name: text(&info.name, "name", 63)?,
-                version: text(&info.version, "version", 64)?,
-                description: text(&info.description, "description", 1024)?,
+                name: text(info.name, "name", 63)?,
+                version: text(info.version, "version", 64)?,
+                description: text(info.description, "description", 1024)?,
                 owns,
                 observes,
             };
@@ -388,7 +387,7 @@ impl CompiledPlugin {
                 let func = instance
                     .get_typed_func::<(), (lift::Info,)>(&mut *store, &self.exports.metadata)?;
                 let (info,) = func.call(&mut *store, ())?;
-                Ok(read(&mut Reader::new(store, limits.max_output_bytes), info))
+                Ok(read(&mut Reader::new(limits.max_output_bytes), info))
             })?;
         answer.map_err(|reason| CallError::BadOutput {
             plugin: self.label(),
@@ -423,7 +422,7 @@ impl CompiledPlugin {
             self.export(capability),
             (input,),
             |reader, desired: lift::Desired| {
-                let texts = reader.strings(&desired.objects, MAX_PLANNED, "objects")?;
+                let texts = reader.strings(desired.objects, MAX_PLANNED, "objects")?;
                 Ok((texts, desired.requeue_after))
             },
         )?;
@@ -459,18 +458,18 @@ impl CompiledPlugin {
             (input,),
             |reader, report: lift::Report| {
                 let conditions = reader
-                    .list(&report.conditions, MAX_LISTED, "conditions")?
-                    .iter()
+                    .list(report.conditions, MAX_LISTED, "conditions")?
+                    .into_iter()
                     .map(|c| {
                         Ok(PluginCondition {
-                            type_: reader.string(&c.condition_type)?,
+                            type_: reader.string(c.condition_type)?,
                             status: match c.status {
                                 ConditionStatus::True => "True",
                                 ConditionStatus::False => "False",
                                 ConditionStatus::Unknown => "Unknown",
                             },
-                            reason: reader.string(&c.reason)?,
-                            message: reader.string(&c.message)?,
+                            reason: reader.string(c.reason)?,
+                            message: reader.string(c.message)?,
                         })
                     })
                     .collect::<Result<Vec<_>, String>>()?;
@@ -481,7 +480,7 @@ impl CompiledPlugin {
                         State::Degraded => HealthState::Degraded,
                     },
                     conditions,
-                    message: reader.string(&report.message)?,
+                    message: reader.string(report.message)?,
                     rollout_complete: report.rollout_complete,
                 })
             },
@@ -531,9 +530,9 @@ impl CompiledPlugin {
             self.export(capability),
             (input,),
             |reader, decision: lift::ScheduleDecision| {
-                let expire = reader.strings(&decision.expire, MAX_LISTED, "slots to expire")?;
-                let run = match &decision.run {
-                    Some(run) => Some((reader.string(&run.slot)?, reader.string(&run.job)?)),
+                let expire = reader.strings(decision.expire, MAX_LISTED, "slots to expire")?;
+                let run = match decision.run {
+                    Some(run) => Some((reader.string(run.slot)?, reader.string(run.job)?)),
                     None => None,
                 };
                 Ok((run, expire, decision.requeue_after))
@@ -588,8 +587,8 @@ impl CompiledPlugin {
             |reader, decision: lift::GateDecision| {
                 Ok(match decision {
                     lift::GateDecision::Allow => GateDecision::Allow,
-                    lift::GateDecision::Wait(reason) => GateDecision::Wait(reader.string(&reason)?),
-                    lift::GateDecision::Deny(reason) => GateDecision::Deny(reader.string(&reason)?),
+                    lift::GateDecision::Wait(reason) => GateDecision::Wait(reader.string(reason)?),
+                    lift::GateDecision::Deny(reason) => GateDecision::Deny(reader.string(reason)?),
                 })
             },
         )
@@ -622,22 +621,22 @@ impl CompiledPlugin {
                         decision.delete.len().saturating_add(decision.keep.len())
                     ));
                 }
-                let mut refs = |list: &WasmList<lift::ObjectRef>, what: &str| {
+                let mut refs = |list: Vec<lift::ObjectRef>, what: &str| {
                     reader
                         .list(list, MAX_LISTED, what)?
-                        .iter()
+                        .into_iter()
                         .map(|r| {
                             Ok(ObjectRef {
-                                api_version: reader.string(&r.api_version)?,
-                                kind: reader.string(&r.kind)?,
-                                name: reader.string(&r.name)?,
+                                api_version: reader.string(r.api_version)?,
+                                kind: reader.string(r.kind)?,
+                                name: reader.string(r.name)?,
                             })
                         })
                         .collect::<Result<Vec<_>, String>>()
                 };
                 Ok(CleanupDecision {
-                    delete: refs(&decision.delete, "objects to delete")?,
-                    keep: refs(&decision.keep, "objects to keep")?,
+                    delete: refs(decision.delete, "objects to delete")?,
+                    keep: refs(decision.keep, "objects to keep")?,
                 })
             },
         )

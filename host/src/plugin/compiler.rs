@@ -10,6 +10,7 @@
 
 use std::{
     io::{Read, Write},
+    os::unix::process::CommandExt,
     path::PathBuf,
     process::{Command, ExitStatus, Stdio},
     sync::Mutex,
@@ -94,6 +95,19 @@ impl Compiler {
         }
     }
 
+    /// What a remembered failure was found under: a failure under other limits (a larger
+    /// `--compile-memory`, a longer `--compile-timeout`) is not this one's.
+    pub fn failure_tag(&self) -> String {
+        match self {
+            Self::InProcess => "in-process".into(),
+            Self::Worker { limits, .. } => format!(
+                "m{}-t{}",
+                limits.memory_bytes >> 20,
+                limits.timeout.as_secs()
+            ),
+        }
+    }
+
     /// Compiles `bytes` for `engine`.
     pub fn compile(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, CompileError> {
         match self {
@@ -128,6 +142,9 @@ fn run_worker(exe: &PathBuf, limits: CompileLimits, bytes: &[u8]) -> Result<Vec<
         // mimalloc reserves 1 GiB of address space up front, which the worker's limit counts;
         // without this, a 1 GiB limit leaves too little to start the compiler's threads.
         .env("MIMALLOC_ARENA_RESERVE", "64MiB")
+        // Its own process group: a signal to the host's group (a terminal's Ctrl-C) is not a
+        // verdict on the component.
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -169,6 +186,7 @@ fn run_worker(exe: &PathBuf, limits: CompileLimits, bytes: &[u8]) -> Result<Vec<
             Ok(None) => thread::sleep(Duration::from_millis(5)),
             Err(err) => {
                 let _ = child.kill();
+                let _ = child.wait();
                 break Err(CompileError::Host(format!(
                     "waiting for the compile worker: {err}"
                 )));
@@ -180,39 +198,41 @@ fn run_worker(exe: &PathBuf, limits: CompileLimits, bytes: &[u8]) -> Result<Vec<
     let stderr = errors.join().ok().flatten().unwrap_or_default();
     let status = status?;
     let said = String::from_utf8_lossy(&stderr).trim().to_string();
-    if status.success() {
-        return artifact.ok_or_else(|| {
-            CompileError::Refused(format!(
-                "the compiled artifact is over {MAX_ARTIFACT_BYTES} bytes"
-            ))
-        });
-    }
-    // Exit code 2 is the worker's own failure (its limit, its engine), not the component's.
-    if status.code() == Some(2) {
-        return Err(CompileError::Host(format!(
-            "the compile worker failed: {said}"
+    // An artifact too large to read back is the component's doing, whatever the worker did
+    // when its output was cut (a broken pipe).
+    let Some(artifact) = artifact else {
+        return Err(CompileError::Refused(format!(
+            "the compiled artifact is over {MAX_ARTIFACT_BYTES} bytes"
         )));
+    };
+    if status.success() {
+        return Ok(artifact);
     }
-    Err(CompileError::Refused(failure(status, &said, limits)))
+    Err(verdict(status, &said, limits))
 }
 
-/// Why a worker that exited with `status` failed, in words.
-fn failure(status: ExitStatus, said: &str, limits: CompileLimits) -> String {
+/// What a worker's failure says about the component. Only what the component caused is
+/// `Refused` (and so remembered): a compile error (exit 1), an allocation refused under the
+/// worker's limit (the abort of Rust's allocation error handler) or a stack overflow. A kill
+/// the host did not send (the pod's memory limit, an operator), a panic or the worker's own
+/// failure (exit 2) say nothing about the bytes, and the next offer tries again.
+fn verdict(status: ExitStatus, said: &str, limits: CompileLimits) -> CompileError {
     use std::os::unix::process::ExitStatusExt;
     let limit = format!("its {} MiB memory limit", limits.memory_bytes >> 20);
-    match status.signal() {
-        // An allocation refused under RLIMIT_AS aborts the worker (Rust's allocation error
-        // handler); a stack too deep for the limit kills it.
-        Some(6 | 9 | 11) => format!(
-            "the compiler ran out of {limit} (signal {})",
-            status.signal().unwrap_or(0)
-        ),
-        Some(signal) => format!("the compiler died (signal {signal})"),
-        None if said.contains("memory allocation") || said.contains("out of memory") => {
-            format!("the compiler ran out of {limit}")
+    match (status.code(), status.signal()) {
+        (Some(1), _) if said.is_empty() => {
+            CompileError::Refused(format!("the compiler failed ({status})"))
         }
-        None if said.is_empty() => format!("the compiler failed ({status})"),
-        None => said.to_string(),
+        (Some(1), _) => CompileError::Refused(said.to_string()),
+        (_, Some(6)) => CompileError::Refused(format!("the compiler ran out of {limit}")),
+        (_, Some(11)) => {
+            CompileError::Refused(format!("the compiler overflowed its stack within {limit}"))
+        }
+        (_, Some(signal)) => CompileError::Host(format!(
+            "the compile worker was killed (signal {signal}) by something other than the host; \
+             it is tried again later"
+        )),
+        _ => CompileError::Host(format!("the compile worker failed ({status}): {said}")),
     }
 }
 
@@ -236,6 +256,11 @@ pub fn worker_main(memory_bytes: u64) -> std::process::ExitCode {
         eprintln!("setting the compile worker's memory limit: {err}");
         return ExitCode::from(2);
     }
+    // Should the pod run short of memory, the worker is the process to kill, not the host;
+    // and the host's own threads (plugin calls with deadlines) come first for the CPU. Both
+    // only lower the worker's standing, which needs no privilege; a failure is harmless.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+    let _ = rustix::process::setpriority_process(None, 10);
     let Some(bytes) = read_capped(std::io::stdin().lock(), MAX_COMPONENT_BYTES) else {
         eprintln!("the component is over {MAX_COMPONENT_BYTES} bytes");
         return ExitCode::FAILURE;

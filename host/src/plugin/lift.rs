@@ -1,28 +1,22 @@
-//! Bounded lifting: what a plugin returns is read as views into its linear memory and measured
-//! before anything is copied into the host.
+//! Bounded lifting: what a plugin returns, as the host reads it.
 //!
-//! The generated bindings lift a `list<string>` by copying every entry, and the canonical ABI
-//! lets a guest return a list whose entries all point at the same bytes: a 64 MiB guest can
-//! return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy, and the host would be
-//! gone before any size check ran. So every export is called through the types here, which hold
-//! [`WasmStr`] and [`WasmList`] views (lifting one checks bounds, copies nothing), and a
-//! [`Reader`] copies entries out one by one against the call's output cap and a count limit per
-//! list, stopping at the first that does not fit. The `log` import takes its arguments the same
-//! way (see `sandbox`).
+//! The canonical ABI lets a guest return a list whose entries all point at the same bytes: a
+//! 64 MiB guest can return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy. So
+//! every Store carries wasmtime's hostcall fuel set to `CallLimits::transfer_bytes`, which one
+//! lift (a result, or the arguments of one import call) may not exceed, counting every entry it
+//! copies however they alias; what passes is then held to the call's output cap and a count per
+//! list by a [`Reader`]. Results are lifted as owned values, copied before the guest's
+//! post-return runs: a guest whose allocator writes into freed blocks (wasi-libc's) would
+//! otherwise hand the host what `free` wrote.
 //!
 //! The types mirror the WIT records field by field, in order, with the WIT names; wasmtime
-//! checks them against the component's types when the function is looked up, so a mismatch is a
-//! load error, never a misread.
+//! checks them against the component's types when the function is looked up (at load), so a
+//! mismatch is a load error, never a misread.
 
 // The field names are the WIT's; the types are read only through the Reader.
 #![allow(missing_docs)]
 
-use wasmtime::{
-    AsContextMut, Store,
-    component::{ComponentType, Lift, WasmList, WasmStr},
-};
-
-use super::sandbox::CallState;
+use wasmtime::component::{ComponentType, Lift};
 
 /// `error-kind`, the same in every interface.
 #[derive(ComponentType, Lift, Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,9 +49,9 @@ pub struct PluginError {
     #[component(name = "kind")]
     pub kind: ErrorKind,
     #[component(name = "message")]
-    pub message: WasmStr,
+    pub message: String,
     #[component(name = "field")]
-    pub field: Option<WasmStr>,
+    pub field: Option<String>,
 }
 
 /// `metadata.capability`.
@@ -82,9 +76,9 @@ pub enum Capability {
 #[component(record)]
 pub struct KindRef {
     #[component(name = "api-version")]
-    pub api_version: WasmStr,
+    pub api_version: String,
     #[component(name = "kind")]
-    pub kind: WasmStr,
+    pub kind: String,
 }
 
 /// `metadata.info`.
@@ -92,17 +86,17 @@ pub struct KindRef {
 #[component(record)]
 pub struct Info {
     #[component(name = "name")]
-    pub name: WasmStr,
+    pub name: String,
     #[component(name = "version")]
-    pub version: WasmStr,
+    pub version: String,
     #[component(name = "description")]
-    pub description: WasmStr,
+    pub description: String,
     #[component(name = "capabilities")]
-    pub capabilities: WasmList<Capability>,
+    pub capabilities: Vec<Capability>,
     #[component(name = "owns")]
-    pub owns: WasmList<KindRef>,
+    pub owns: Vec<KindRef>,
     #[component(name = "observes")]
-    pub observes: WasmList<KindRef>,
+    pub observes: Vec<KindRef>,
 }
 
 /// `spec-diff.desired`.
@@ -110,7 +104,7 @@ pub struct Info {
 #[component(record)]
 pub struct Desired {
     #[component(name = "objects")]
-    pub objects: WasmList<WasmStr>,
+    pub objects: Vec<String>,
     #[component(name = "requeue-after")]
     pub requeue_after: Option<u64>,
 }
@@ -146,13 +140,13 @@ pub enum ConditionStatus {
 #[component(record)]
 pub struct Condition {
     #[component(name = "condition-type")]
-    pub condition_type: WasmStr,
+    pub condition_type: String,
     #[component(name = "status")]
     pub status: ConditionStatus,
     #[component(name = "reason")]
-    pub reason: WasmStr,
+    pub reason: String,
     #[component(name = "message")]
-    pub message: WasmStr,
+    pub message: String,
 }
 
 /// `health.report`.
@@ -162,9 +156,9 @@ pub struct Report {
     #[component(name = "state")]
     pub state: State,
     #[component(name = "conditions")]
-    pub conditions: WasmList<Condition>,
+    pub conditions: Vec<Condition>,
     #[component(name = "message")]
-    pub message: WasmStr,
+    pub message: String,
     #[component(name = "rollout-complete")]
     pub rollout_complete: bool,
 }
@@ -174,9 +168,9 @@ pub struct Report {
 #[component(record)]
 pub struct BackupRun {
     #[component(name = "slot")]
-    pub slot: WasmStr,
+    pub slot: String,
     #[component(name = "job")]
-    pub job: WasmStr,
+    pub job: String,
 }
 
 /// `backup.schedule-decision`.
@@ -186,7 +180,7 @@ pub struct ScheduleDecision {
     #[component(name = "run")]
     pub run: Option<BackupRun>,
     #[component(name = "expire")]
-    pub expire: WasmList<WasmStr>,
+    pub expire: Vec<String>,
     #[component(name = "requeue-after")]
     pub requeue_after: Option<u64>,
 }
@@ -198,9 +192,9 @@ pub enum GateDecision {
     #[component(name = "allow")]
     Allow,
     #[component(name = "wait")]
-    Wait(WasmStr),
+    Wait(String),
     #[component(name = "deny")]
-    Deny(WasmStr),
+    Deny(String),
 }
 
 /// `finalize.object-ref`.
@@ -208,11 +202,11 @@ pub enum GateDecision {
 #[component(record)]
 pub struct ObjectRef {
     #[component(name = "api-version")]
-    pub api_version: WasmStr,
+    pub api_version: String,
     #[component(name = "kind")]
-    pub kind: WasmStr,
+    pub kind: String,
     #[component(name = "name")]
-    pub name: WasmStr,
+    pub name: String,
 }
 
 /// `finalize.cleanup-decision`.
@@ -220,9 +214,9 @@ pub struct ObjectRef {
 #[component(record)]
 pub struct CleanupDecision {
     #[component(name = "delete")]
-    pub delete: WasmList<ObjectRef>,
+    pub delete: Vec<ObjectRef>,
     #[component(name = "keep")]
-    pub keep: WasmList<ObjectRef>,
+    pub keep: Vec<ObjectRef>,
 }
 
 /// `log.level`.
@@ -247,78 +241,58 @@ pub enum Level {
 #[component(record)]
 pub struct Field {
     #[component(name = "key")]
-    pub key: WasmStr,
+    pub key: String,
     #[component(name = "value")]
-    pub value: WasmStr,
+    pub value: String,
 }
 
-/// Copies a call's output out of guest memory, entry by entry, against a byte budget: the
-/// call's output cap, shared by every string of the answer.
-pub struct Reader<S> {
-    store: S,
+/// Holds a call's answer to the output cap (all its strings together) and to a count per
+/// list, taking its parts one by one.
+pub struct Reader {
     cap: usize,
     read: usize,
 }
 
-impl<S: AsContextMut<Data = CallState>> Reader<S> {
-    /// A reader of at most `cap` bytes of strings out of `store`'s instance.
-    pub fn new(store: S, cap: usize) -> Self {
-        Self {
-            store,
-            cap,
-            read: 0,
-        }
+impl Reader {
+    /// A reader of at most `cap` bytes of strings.
+    pub fn new(cap: usize) -> Self {
+        Self { cap, read: 0 }
     }
 
-    /// Copies one string, if it fits in what is left of the cap.
-    pub fn string(&mut self, text: &WasmStr) -> Result<String, String> {
-        let store = self.store.as_context();
-        let text = text
-            .to_str(&store)
-            .map_err(|err| format!("a string is not valid UTF-8: {err}"))?;
+    /// Takes one string, if it fits in what is left of the cap.
+    pub fn string(&mut self, text: String) -> Result<String, String> {
         self.read = self.read.saturating_add(text.len());
         if self.read > self.cap {
             return Err(format!(
-                "output is over the {} byte cap (stopped reading at {} bytes)",
-                self.cap, self.read
+                "{} bytes of output is over the {} byte cap",
+                self.read, self.cap
             ));
         }
-        Ok(text.into_owned())
+        Ok(text)
     }
 
-    /// Copies one optional string.
-    pub fn optional(&mut self, text: &Option<WasmStr>) -> Result<Option<String>, String> {
-        text.as_ref().map(|t| self.string(t)).transpose()
+    /// Takes one optional string.
+    pub fn optional(&mut self, text: Option<String>) -> Result<Option<String>, String> {
+        text.map(|t| self.string(t)).transpose()
     }
 
-    /// Reads at most `max` entries of a list, `what` naming them in the error; the entries are
-    /// views still, read with [`Self::string`].
-    pub fn list<T: Lift + 'static>(
-        &mut self,
-        list: &WasmList<T>,
-        max: usize,
-        what: &str,
-    ) -> Result<Vec<T>, String> {
+    /// Takes a list of at most `max` entries, `what` naming them in the error.
+    pub fn list<T>(&mut self, list: Vec<T>, max: usize, what: &str) -> Result<Vec<T>, String> {
         if list.len() > max {
             return Err(format!("{} {what}; at most {max}", list.len()));
         }
-        list.iter(self.store.as_context_mut())
-            .and_then(|entries| entries.collect::<wasmtime::Result<Vec<T>>>())
-            .map_err(|err| match over_transfer_limit(&err) {
-                true => format!("output is over the {} byte cap", self.cap),
-                false => format!("{what} cannot be read: {err:#}"),
-            })
+        Ok(list)
     }
 
-    /// Copies a list of strings, at most `max` of them.
+    /// Takes a list of at most `max` strings.
     pub fn strings(
         &mut self,
-        list: &WasmList<WasmStr>,
+        list: Vec<String>,
         max: usize,
         what: &str,
     ) -> Result<Vec<String>, String> {
         self.list(list, max, what)?
-            .iter()
+            .into_iter()
             .map(|text| self.string(text))
             .collect()
     }
@@ -330,6 +304,3 @@ impl<S: AsContextMut<Data = CallState>> Reader<S> {
 pub fn over_transfer_limit(err: &wasmtime::Error) -> bool {
     format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted")
 }
-
-/// A reader over a Store borrowed for the call.
-pub type StoreReader<'a> = Reader<&'a mut Store<CallState>>;

@@ -186,6 +186,9 @@ async fn offer_from_cache(
     offer(registry, source, Fetched { bytes, digest }).await
 }
 
+/// The longest a source whose versions keep being refused waits between looks.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(600);
+
 async fn drive_oci(
     registry: Arc<PluginRegistry>,
     oci: Arc<OciSource>,
@@ -200,6 +203,9 @@ async fn drive_oci(
         return std::future::pending().await;
     }
     let mut last_manifest: Option<String> = None;
+    // A registry that serves a new bad version on every poll would keep the one compile slot
+    // busy; each version refused doubles the wait before the next look, up to REFUSED_BACKOFF.
+    let mut wait = poll;
     loop {
         let changed = match oci.resolve(&source, &reference).await {
             Ok(resolved) => {
@@ -219,10 +225,13 @@ async fn drive_oci(
                 Ok((resolved, fetched)) => {
                     let digest = fetched.digest.clone();
                     last_manifest = Some(resolved.manifest);
-                    if offer(&registry, &source, fetched).await
-                        && let Some(cache) = registry.cache()
-                    {
-                        cache.remember_ref(&reference, &digest);
+                    if offer(&registry, &source, fetched).await {
+                        wait = poll;
+                        if let Some(cache) = registry.cache() {
+                            cache.remember_ref(&reference, &digest);
+                        }
+                    } else {
+                        wait = (wait * 2).min(REFUSED_BACKOFF.max(poll));
                     }
                 }
                 Err(error) => registry.record_failure(&source, error),
@@ -231,7 +240,7 @@ async fn drive_oci(
         if pinned && registry.get(&source).current.is_some() {
             return std::future::pending().await;
         }
-        tokio::time::sleep(poll).await;
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -71,6 +71,15 @@ pub struct PluginPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub extra_kinds: Vec<ExtraKind>,
+    /// Where OCI plugins may come from: prefixes of `registry/repository`, matched on path
+    /// boundaries (`ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil`).
+    /// Without it, any registry; link-local and metadata addresses are refused whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub registries: Option<Vec<String>>,
+    /// Whether plugins may come from ConfigMaps in the App's namespace (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_sources: Option<bool>,
 }
 
 /// A kind beyond the built-in ones that plans may hold.
@@ -103,14 +112,22 @@ const FORBIDDEN_GROUPS: &[&str] = &[
 ];
 
 /// Core kinds no policy can let plans hold: cluster-scoped objects (refused by a namespaced
-/// apply anyway, named here so the policy says so), and a Pod's binding to a node.
+/// apply anyway, named here so the policy says so), a Pod's binding to a node, and the
+/// namespace's quota and limits.
 const FORBIDDEN_CORE_KINDS: &[&str] = &[
     "Namespace",
     "Node",
     "PersistentVolume",
     "ComponentStatus",
     "Binding",
+    // The admin's bounds on the namespace itself: a tenant's plugin must not raise its quota.
+    "ResourceQuota",
+    "LimitRange",
 ];
+
+/// Kinds of other groups no policy can let plans hold: a Gateway API grant lets other
+/// namespaces' routes reach this one's Services.
+const FORBIDDEN_KINDS: &[(&str, &str)] = &[("gateway.networking.k8s.io", "ReferenceGrant")];
 
 impl ExtraKind {
     /// The kind as the guard knows it, or why no policy may allow it.
@@ -138,7 +155,9 @@ impl ExtraKind {
         if FORBIDDEN_GROUPS.contains(&group) {
             return Err(format!("{at}: the {group} API group is never plannable"));
         }
-        if group.is_empty() && FORBIDDEN_CORE_KINDS.contains(&self.kind.as_str()) {
+        if (group.is_empty() && FORBIDDEN_CORE_KINDS.contains(&self.kind.as_str()))
+            || FORBIDDEN_KINDS.contains(&(group, self.kind.as_str()))
+        {
             return Err(format!("{at}: never plannable"));
         }
         Ok(guard::Kind {
@@ -271,6 +290,8 @@ impl PluginPolicySpec {
                 .filter_map(|k| k.to_kind().ok())
                 .filter(|k| !guard::PLANNABLE.contains(k))
                 .collect(),
+            registries: self.registries.clone(),
+            config_map_sources: self.config_map_sources.unwrap_or(true),
         }
     }
 

@@ -84,16 +84,18 @@ pub async fn apply(
     // Ours means controlled by this App (owner reference with its uid): a label anyone in the
     // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
     // outlive the App), so for them the label is all there is.
-    let ours: BTreeSet<(&str, &str)> = observed
+    // Keyed by apiVersion too: a Knative `Service` is not a core one.
+    let ours: BTreeSet<(&str, &str, &str)> = observed
         .iter()
         .filter(|o| o.owned || o.kind == "PersistentVolumeClaim")
-        .map(|o| (o.kind.as_str(), o.name.as_str()))
+        .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
         .collect();
     let uid = app.uid().unwrap_or_default();
     // Only objects the App does not manage yet cost a read, so a steady App costs none.
     for Guarded { kind, object } in &plan {
         let name = object.name();
-        if ours.contains(&(kind.kind.as_ref(), name)) {
+        let api_version = kind.api_version();
+        if ours.contains(&(api_version.as_str(), kind.kind.as_ref(), name)) {
             continue;
         }
         let api: Api<DynamicObject> =
@@ -142,7 +144,7 @@ pub async fn prune(
     client: &Client,
     app: &App,
     policy: &Policy,
-    planned: &BTreeSet<(String, String)>,
+    planned: &BTreeSet<(String, String, String)>,
     observed: &[ObservedObject],
 ) -> Result<Vec<String>, (String, kube::Error)> {
     let namespace = app.namespace().unwrap_or_default();
@@ -151,7 +153,11 @@ pub async fn prune(
         let keep = !object.owned
             || object.backup_slot.is_some()
             || object.kind == "PersistentVolumeClaim"
-            || planned.contains(&(object.kind.clone(), object.name.clone()));
+            || planned.contains(&(
+                object.api_version.clone(),
+                object.kind.clone(),
+                object.name.clone(),
+            ));
         if keep {
             continue;
         }

@@ -272,6 +272,13 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
             return finish(app, ctx, api, &previous, None, outcome).await;
         }
     };
+    // A source the policy does not allow is never fetched.
+    if let Err(reason) = policy.rules.allows_source(&source) {
+        let message = format!("{reason} (under {})", policy.name);
+        let conditions = vec![Cond::new("PluginReady", false, "SourceRefused", message)];
+        let outcome = Outcome::holding(&previous, conditions, RESYNC, Some("Failed"));
+        return finish(app, ctx, api, &previous, None, outcome).await;
+    }
     ctx.sources.ensure(&source);
     let state = ctx.plugins.get(&source);
     let Some(loaded) = state.current.clone() else {
@@ -548,9 +555,16 @@ async fn run_stages(
             }));
         }
     };
-    let planned: BTreeSet<(String, String)> = guarded
+    // apiVersion, kind and name: two kinds of one name in different groups are different.
+    let planned: BTreeSet<(String, String, String)> = guarded
         .iter()
-        .map(|g| (g.kind.kind.to_string(), g.object.name().to_string()))
+        .map(|g| {
+            (
+                g.kind.api_version(),
+                g.kind.kind.to_string(),
+                g.object.name().to_string(),
+            )
+        })
         .collect();
 
     // apply, prune

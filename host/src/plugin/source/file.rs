@@ -37,8 +37,17 @@ fn read_below(source: &SourceRef, root: &Path, path: &Path) -> Result<Fetched, L
             root.display()
         )));
     }
-    let file =
-        std::fs::File::open(&real).map_err(|err| failed(format!("reading {shown}: {err}")))?;
+    // Non-blocking, so that a FIFO cannot hold the thread before the check below; no links,
+    // so that the name checked above is the file opened.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOFOLLOW;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits() as i32)
+            .open(&real)
+            .map_err(|err| failed(format!("reading {shown}: {err}")))?
+    };
     // Checked on the opened file, so that it cannot be swapped for a device in between.
     let meta = file
         .metadata()

@@ -30,9 +30,41 @@ pub struct Policy {
     pub service_types: Vec<String>,
     /// Kinds a plan may hold beyond [`PLANNABLE`].
     pub extra_kinds: Vec<Kind>,
+    /// Where OCI plugins may come from: prefixes of `registry/repository` (`None`: anywhere).
+    pub registries: Option<Vec<String>>,
+    /// Whether plugins may come from ConfigMaps in the App's namespace.
+    pub config_map_sources: bool,
 }
 
 impl Policy {
+    /// Whether an App may load its plugin from `source`, or why not.
+    pub fn allows_source(&self, source: &crate::plugin::source::SourceRef) -> Result<(), String> {
+        use crate::plugin::source::SourceRef;
+        match source {
+            SourceRef::Oci(reference) => {
+                let Some(prefixes) = &self.registries else {
+                    return Ok(());
+                };
+                let parsed: oci_client::Reference = reference
+                    .parse()
+                    .map_err(|err| format!("invalid OCI reference {reference:?}: {err}"))?;
+                let repository = format!("{}/{}", parsed.registry(), parsed.repository());
+                if prefixes.iter().any(|p| is_under(&repository, p)) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{repository} is not under a registry the policy allows ({})",
+                        prefixes.join(", ")
+                    ))
+                }
+            }
+            SourceRef::ConfigMap { .. } if !self.config_map_sources => {
+                Err("the policy does not allow plugins from ConfigMaps".into())
+            }
+            SourceRef::ConfigMap { .. } | SourceRef::File(_) => Ok(()),
+        }
+    }
+
     /// Every kind a plan may hold under this policy.
     pub fn kinds(&self) -> impl Iterator<Item = &Kind> {
         PLANNABLE.iter().chain(&self.extra_kinds)
@@ -51,6 +83,8 @@ impl Default for Policy {
             allow_secrets: false,
             service_types: vec!["ClusterIP".into()],
             extra_kinds: Vec::new(),
+            registries: None,
+            config_map_sources: true,
         }
     }
 }
@@ -179,9 +213,13 @@ fn at_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
         .try_fold(value, |v, key| v.get(key))
 }
 
-/// Secret types that make the cluster mint credentials into the Secret: a token of any
-/// ServiceAccount of the namespace, named by annotation. No policy allows them.
-const MINTED_SECRET_TYPES: &[&str] = &["kubernetes.io/service-account-token"];
+/// Secret types that are credentials the cluster honours: a token of any ServiceAccount of
+/// the namespace (minted into the Secret), a node's bootstrap token. No policy allows them.
+const MINTED_SECRET_TYPES: &[&str] = &[
+    "kubernetes.io/service-account-token",
+    // A bootstrap token authenticates a node joining the cluster.
+    "bootstrap.kubernetes.io/token",
+];
 
 /// The rules that read past `metadata`: pod templates, Services, claims, `status`. `accounts`
 /// are the ServiceAccounts the App's pods may run as.
@@ -216,9 +254,7 @@ fn check_body(
             return Err(Breach {
                 path: "type".into(),
                 rule: "wasmop/secret-type".into(),
-                reason: format!(
-                    "{kind} Secrets make the cluster mint a ServiceAccount's token into them"
-                ),
+                reason: format!("{kind} Secrets are credentials the cluster honours"),
             });
         }
         return Ok(());
@@ -420,6 +456,16 @@ pub fn check(
         guarded.push(Guarded { kind, object });
     }
     Ok(guarded)
+}
+
+/// Whether `repository` (`registry/path`) is `prefix` or below it, on a path boundary:
+/// `ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil/cache`.
+fn is_under(repository: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    repository == prefix
+        || repository
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 fn is_dns_subdomain(name: &str) -> bool {
@@ -733,6 +779,47 @@ mod tests {
         assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
         let cm = cm("not-a-job");
         assert!(check_job(&Policy::default(), "kv", "s1", &cm, &BTreeSet::new()).is_err());
+    }
+
+    #[test]
+    fn sources_are_held_to_the_policy_registries_on_path_boundaries() {
+        use crate::plugin::source::SourceRef;
+        let policy = Policy {
+            registries: Some(vec![
+                "ghcr.io/acme".into(),
+                "127.0.0.1:15000/plugins/".into(),
+            ]),
+            config_map_sources: false,
+            ..Policy::default()
+        };
+        let oci = |r: &str| SourceRef::Oci(r.into());
+        assert!(policy.allows_source(&oci("ghcr.io/acme/cache:1")).is_ok());
+        assert!(policy.allows_source(&oci("ghcr.io/acme/team/db@sha256:0000000000000000000000000000000000000000000000000000000000000000")).is_ok());
+        assert!(
+            policy
+                .allows_source(&oci("127.0.0.1:15000/plugins/kvstore:1.0"))
+                .is_ok()
+        );
+        let err = policy
+            .allows_source(&oci("ghcr.io/acme-evil/cache:1"))
+            .expect_err("not on a boundary");
+        assert!(
+            err.contains("ghcr.io/acme-evil/cache is not under"),
+            "{err}"
+        );
+        assert!(policy.allows_source(&oci("docker.io/library/x:1")).is_err());
+        let cm = SourceRef::ConfigMap {
+            namespace: "ns".into(),
+            name: "p".into(),
+            key: "plugin.wasm".into(),
+        };
+        assert!(policy.allows_source(&cm).is_err());
+        assert!(Policy::default().allows_source(&cm).is_ok());
+        assert!(
+            Policy::default()
+                .allows_source(&oci("anything.example/x:1"))
+                .is_ok()
+        );
     }
 
     /// A policy adding `kinds` (`(group, version, kind, plural)`).

@@ -35,6 +35,10 @@ use crate::plugin::Digest;
 /// Most redirects one request follows.
 pub const MAX_REDIRECTS: usize = 3;
 
+/// Resolves and pulls in flight at once, all sources together: each may hold up to a manifest
+/// (4 MiB) or a component (8 MiB) while it reads.
+const MAX_PULLS_IN_FLIGHT: usize = 4;
+
 /// The manifest media types the host reads (the component is an image manifest's layer).
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json;q=0.9, \
@@ -84,9 +88,10 @@ pub struct Target {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
-    /// Present (and non-empty) only in an index.
+    /// Present (and non-empty) only in an index; its entries are not read (a 4 MiB list of
+    /// numbers would be a hundred MiB as JSON values).
     #[serde(default)]
-    pub manifests: Vec<serde_json::Value>,
+    pub manifests: Vec<serde::de::IgnoredAny>,
     /// The config descriptor.
     pub config: Option<Descriptor>,
     /// The layer descriptors.
@@ -129,6 +134,8 @@ pub enum BlobError {
 pub struct Puller {
     http: reqwest::Client,
     limits: PullLimits,
+    /// Pulls in flight at once: each may hold a manifest's or a layer's worth of memory.
+    slots: tokio::sync::Semaphore,
     /// Bearer tokens by registry and repository, until they expire.
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
 }
@@ -150,6 +157,7 @@ impl Puller {
         Ok(Self {
             http,
             limits,
+            slots: tokio::sync::Semaphore::new(MAX_PULLS_IN_FLIGHT),
             tokens: Mutex::new(HashMap::new()),
         })
     }
@@ -175,7 +183,7 @@ impl Puller {
                 return Ok(digest);
             }
             // No usable digest header: the digest is the manifest's own.
-            let (_, digest) = self.manifest(target, reference).await?;
+            let (_, digest) = self.read_manifest(target, reference).await?;
             Ok(digest)
         })
         .await
@@ -188,7 +196,19 @@ impl Puller {
         target: &Target,
         reference: &str,
     ) -> Result<(Manifest, Digest), String> {
-        self.within_total("pulling the manifest", async {
+        self.within_total(
+            "pulling the manifest",
+            self.read_manifest(target, reference),
+        )
+        .await
+    }
+
+    async fn read_manifest(
+        &self,
+        target: &Target,
+        reference: &str,
+    ) -> Result<(Manifest, Digest), String> {
+        {
             let path = format!("/v2/{}/manifests/{reference}", target.repository);
             let response = self
                 .send(target, Method::GET, &path, "the manifest")
@@ -200,11 +220,16 @@ impl Puller {
                     "the manifest's digest is {digest}, not the {reference} asked for"
                 ));
             }
-            let manifest: Manifest = serde_json::from_slice(&body)
-                .map_err(|err| format!("the manifest is not an OCI manifest: {err}"))?;
+            // serde's message would quote the registry's text; the position is enough.
+            let manifest: Manifest = serde_json::from_slice(&body).map_err(|err| {
+                format!(
+                    "the manifest is not an OCI image manifest (line {}, column {})",
+                    err.line(),
+                    err.column()
+                )
+            })?;
             Ok((manifest, digest))
-        })
-        .await
+        }
     }
 
     /// The blob `descriptor` names: exactly its declared size, with its digest checked.
@@ -214,7 +239,12 @@ impl Puller {
         descriptor: &Descriptor,
         max_bytes: usize,
     ) -> Result<Vec<u8>, BlobError> {
-        let expected = Digest::parse(&descriptor.digest).map_err(BlobError::Failed)?;
+        let expected = Digest::parse(&descriptor.digest).map_err(|_| {
+            BlobError::Failed(format!(
+                "the layer's digest {} is not sha256:<64 hex digits>",
+                excerpt(&descriptor.digest)
+            ))
+        })?;
         let size = usize::try_from(descriptor.size).map_err(|_| {
             BlobError::Failed(format!("the layer declares {} bytes", descriptor.size))
         })?;
@@ -250,7 +280,12 @@ impl Puller {
         what: &str,
         work: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
-        tokio::time::timeout(self.limits.total, work)
+        let timed = async {
+            // Closed never: the semaphore lives as long as the puller.
+            let _slot = self.slots.acquire().await.map_err(|err| err.to_string())?;
+            work.await
+        };
+        tokio::time::timeout(self.limits.total, timed)
             .await
             .unwrap_or_else(|_| Err(format!("{what} timed out after {:?}", self.limits.total)))
     }
@@ -286,7 +321,11 @@ impl Puller {
             .send()
             .await
             .map_err(|err| transport(what, err))?;
-        let response = if response.status() == StatusCode::UNAUTHORIZED {
+        // Only the registry itself may ask for credentials: a 401 from where a redirect led
+        // (a blob's CDN) is a failure, not a challenge to answer with the registry's secrets.
+        let from_registry = response.url().host_str() == target.base.host_str()
+            && response.url().port_or_known_default() == target.base.port_or_known_default();
+        let response = if response.status() == StatusCode::UNAUTHORIZED && from_registry {
             let challenge = response
                 .headers()
                 .get(header::WWW_AUTHENTICATE)
@@ -368,7 +407,7 @@ impl Puller {
             expires_in: Option<u64>,
         }
         let parsed: TokenResponse = serde_json::from_slice(&body)
-            .map_err(|err| format!("{what} answered something other than a token: {err}"))?;
+            .map_err(|_| format!("{what} answered something other than a token"))?;
         let token = parsed
             .token
             .or(parsed.access_token)
@@ -377,10 +416,10 @@ impl Puller {
         // The spec's default lifetime is 60 s; a minute's margin keeps a token from expiring
         // between the manifest and the blob.
         let lifetime = Duration::from_secs(parsed.expires_in.unwrap_or(60).clamp(60, 3600) - 30);
-        self.tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), (token.clone(), Instant::now() + lifetime));
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        tokens.retain(|_, (_, until)| *until > now);
+        tokens.insert(key.clone(), (token.clone(), now + lifetime));
         Ok(token)
     }
 }
