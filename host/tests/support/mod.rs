@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+pub mod bombs;
+
 /// Where `tests/run.sh` and `plugins/build.sh` put the components.
 pub fn wasm_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
