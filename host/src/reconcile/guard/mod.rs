@@ -138,9 +138,14 @@ impl Kind {
         }
     }
 
-    /// Whether `object` is of this kind.
+    /// Whether an object of `api_version` and `kind` is of this kind (no allocation: the guard
+    /// asks for every object of every plan).
     pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
-        self.kind == kind && self.api_version() == api_version
+        self.kind == kind
+            && match api_version.split_once('/') {
+                Some((group, version)) => self.group == group && self.version == version,
+                None => self.group.is_empty() && self.version == api_version,
+            }
     }
 }
 
@@ -292,25 +297,24 @@ fn check_body(
         }
     }
     if let Some(at) = template_at {
-        // A missing template is the API server's to reject; an empty one still gets every
-        // check, so that nothing unchecked reaches it. A Pod is its own template; its
-        // metadata was checked above.
-        let template = if at.is_empty() {
-            serde_json::json!({"spec": spec})
-        } else {
-            let whole = serde_json::json!({"spec": spec});
-            at_path(&whole, at)
-                .cloned()
-                .unwrap_or_else(|| serde_json::json!({}))
-        };
-        if let Some(meta) = template.get("metadata").and_then(Value::as_object)
-            && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
-        {
-            return Err(breach);
-        }
         // A CronJob's Jobs carry its job template's metadata.
         if let Some(meta) = at_path(&spec, "jobTemplate.metadata").and_then(Value::as_object)
             && let Some(breach) = fields::metadata(meta, "spec.jobTemplate.metadata", host_labels)
+        {
+            return Err(breach);
+        }
+        // A missing template is the API server's to reject; an empty one still gets every
+        // check, so that nothing unchecked reaches it. Only the template is copied (a
+        // StatefulSet's spec is mostly other things). A Pod is its own template: its spec is
+        // moved, and its metadata was checked above.
+        let template = match at.strip_prefix("spec.") {
+            Some(inner) => at_path(&spec, inner)
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({})),
+            None => Value::Object(serde_json::Map::from_iter([("spec".to_string(), spec)])),
+        };
+        if let Some(meta) = template.get("metadata").and_then(Value::as_object)
+            && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
         {
             return Err(breach);
         }

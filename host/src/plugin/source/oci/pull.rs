@@ -162,11 +162,6 @@ impl Puller {
         })
     }
 
-    /// The limits in force.
-    pub fn limits(&self) -> PullLimits {
-        self.limits
-    }
-
     /// The digest of the manifest `reference` (a tag or a digest) names now.
     pub async fn resolve(&self, target: &Target, reference: &str) -> Result<Digest, String> {
         self.within_total("resolving", async {
@@ -208,28 +203,26 @@ impl Puller {
         target: &Target,
         reference: &str,
     ) -> Result<(Manifest, Digest), String> {
-        {
-            let path = format!("/v2/{}/manifests/{reference}", target.repository);
-            let response = self
-                .send(target, Method::GET, &path, "the manifest")
-                .await?;
-            let body = read_capped(response, self.limits.manifest_bytes, "the manifest").await?;
-            let digest = Digest::of(&body);
-            if reference.starts_with("sha256:") && digest.as_str() != reference {
-                return Err(format!(
-                    "the manifest's digest is {digest}, not the {reference} asked for"
-                ));
-            }
-            // serde's message would quote the registry's text; the position is enough.
-            let manifest: Manifest = serde_json::from_slice(&body).map_err(|err| {
-                format!(
-                    "the manifest is not an OCI image manifest (line {}, column {})",
-                    err.line(),
-                    err.column()
-                )
-            })?;
-            Ok((manifest, digest))
+        let path = format!("/v2/{}/manifests/{reference}", target.repository);
+        let response = self
+            .send(target, Method::GET, &path, "the manifest")
+            .await?;
+        let body = read_capped(response, self.limits.manifest_bytes, "the manifest").await?;
+        let digest = Digest::of(&body);
+        if reference.starts_with("sha256:") && digest.as_str() != reference {
+            return Err(format!(
+                "the manifest's digest is {digest}, not the {reference} asked for"
+            ));
         }
+        // serde's message would quote the registry's text; the position is enough.
+        let manifest: Manifest = serde_json::from_slice(&body).map_err(|err| {
+            format!(
+                "the manifest is not an OCI image manifest (line {}, column {})",
+                err.line(),
+                err.column()
+            )
+        })?;
+        Ok((manifest, digest))
     }
 
     /// The blob `descriptor` names: exactly its declared size, with its digest checked.
@@ -281,7 +274,7 @@ impl Puller {
         work: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
         let timed = async {
-            // Closed never: the semaphore lives as long as the puller.
+            // The semaphore is never closed: it lives as long as the puller.
             let _slot = self.slots.acquire().await.map_err(|err| err.to_string())?;
             work.await
         };
