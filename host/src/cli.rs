@@ -148,6 +148,10 @@ pub struct RunArgs {
     #[arg(long, env = "WASMOP_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
+    /// Most the plugin cache may hold on disk; past it the least recently used entries go.
+    #[arg(long, env = "WASMOP_CACHE_MAX_BYTES", default_value = "512Mi", value_parser = parse_bytes)]
+    pub cache_max_bytes: u64,
+
     /// How often OCI tag references are checked for a new digest.
     #[arg(long, env = "WASMOP_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub poll_interval: Duration,

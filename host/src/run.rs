@@ -50,7 +50,7 @@ impl PluginRuntime {
         let engine = PluginEngine::with_compiler(budget, compiler)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
-        let cache = Cache::open(&dir)
+        let cache = Cache::bounded(&dir, args.cache_max_bytes)
             .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
         info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
         let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));

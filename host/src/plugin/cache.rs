@@ -29,11 +29,22 @@ use super::{Digest, engine::PluginEngine};
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    max_bytes: u64,
 }
 
+/// What the cache may hold on disk unless told otherwise: half the host Deployment's 1Gi
+/// emptyDir, so that Apps pushing version after version cannot get the pod evicted.
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+
 impl Cache {
-    /// Opens (creating) the cache at `root`.
+    /// Opens (creating) the cache at `root`, holding at most [`DEFAULT_MAX_BYTES`].
     pub fn open(root: impl Into<PathBuf>) -> io::Result<Self> {
+        Self::bounded(root, DEFAULT_MAX_BYTES)
+    }
+
+    /// Opens (creating) the cache at `root`, holding at most `max_bytes`: past that, the
+    /// entries least recently stored or loaded are deleted first.
+    pub fn bounded(root: impl Into<PathBuf>, max_bytes: u64) -> io::Result<Self> {
         let root = root.into();
         for dir in ["blobs", "compiled", "refs"] {
             create_private_dir(&root.join(dir))?;
@@ -43,7 +54,59 @@ impl Cache {
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&root, fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Self { root })
+        Ok(Self { root, max_bytes })
+    }
+
+    /// Deletes the least recently used files (by modification time, which loads refresh) until
+    /// the cache holds at most nine tenths of its bound; called after every store.
+    fn trim(&self) {
+        let mut files = Vec::new();
+        let mut total = 0u64;
+        // What references last resolved to (`refs/`) is tiny and what a restart without the
+        // registry needs: never trimmed.
+        let mut walk = vec![self.root.join("blobs"), self.root.join("compiled")];
+        while let Some(dir) = walk.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(meta) = entry.metadata() else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    walk.push(entry.path());
+                } else if meta.is_file() {
+                    total += meta.len();
+                    let used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+                    files.push((used, meta.len(), entry.path()));
+                }
+            }
+        }
+        if total <= self.max_bytes {
+            return;
+        }
+        files.sort();
+        let goal = self.max_bytes / 10 * 9;
+        for (_, len, path) in files {
+            if total <= goal {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+        tracing::info!(
+            bytes = total,
+            bound = self.max_bytes,
+            "plugin cache trimmed to its bound"
+        );
+    }
+
+    /// Marks `path` as just used, so that trimming keeps it longest.
+    fn touch(path: &Path) {
+        if let Ok(file) = fs::OpenOptions::new().append(true).open(path) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
     }
 
     /// The cache's root directory.
@@ -74,11 +137,14 @@ impl Cache {
             "storing plugin bytes",
             write_atomic(&self.blob_path(digest), bytes),
         );
+        self.trim();
     }
 
     /// The raw bytes of a component, if cached and intact.
     pub fn load_blob(&self, digest: &Digest) -> Option<Vec<u8>> {
-        let bytes = fs::read(self.blob_path(digest)).ok()?;
+        let path = self.blob_path(digest);
+        let bytes = fs::read(&path).ok()?;
+        Self::touch(&path);
         (Digest::of(&bytes) == *digest).then_some(bytes)
     }
 
@@ -99,6 +165,7 @@ impl Cache {
                 write_atomic(&path, &artifact)
             });
         warn_on_failure("storing a compiled plugin", result);
+        self.trim();
     }
 
     /// The compiled artifact of a component for this engine, if cached and intact.
@@ -117,6 +184,7 @@ impl Cache {
             tracing::warn!(path = %path.display(), "compiled plugin does not match its checksum; recompiling");
             return None;
         }
+        Self::touch(&path);
         // SAFETY: see the module docs — only artifacts this cache wrote, checksum verified, in a
         // directory owned by the host, for this exact engine fingerprint.
         match unsafe { Component::deserialize(engine.engine(), &artifact) } {
@@ -238,5 +306,32 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 fn warn_on_failure(what: &str, result: io::Result<()>) {
     if let Err(err) = result {
         tracing::warn!(error = %err, "{what} in the plugin cache failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_within_its_bound_dropping_the_least_recently_used() {
+        let dir = std::env::temp_dir().join(format!("wasmop-cache-bound-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let cache = Cache::bounded(&dir, 10 << 10).expect("a cache");
+        let blobs: Vec<Vec<u8>> = (0u8..5).map(|i| vec![i; 4 << 10]).collect();
+        let digests: Vec<Digest> = blobs.iter().map(|b| Digest::of(b)).collect();
+        for (i, (blob, digest)) in blobs.iter().zip(&digests).enumerate() {
+            cache.store_blob(digest, blob);
+            // The first one is loaded after each store: in use, so it stays.
+            assert!(cache.load_blob(&digests[0]).is_some(), "after {i} stores");
+            // Modification times are coarse on some file systems.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let kept: Vec<bool> = digests
+            .iter()
+            .map(|d| cache.load_blob(d).is_some())
+            .collect();
+        assert_eq!(kept, [true, false, false, false, true], "{kept:?}");
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -522,6 +522,13 @@ pub fn is_blocked(ip: IpAddr) -> bool {
             if let Some(v4) = ip.to_ipv4_mapped() {
                 return is_blocked_v4(v4);
             }
+            // 64:ff9b::/96 is NAT64: the IPv4 address in its last 32 bits is the one reached.
+            let [a, b, c, d, e, f, g, h] = ip.segments();
+            if [a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let [g1, g2] = g.to_be_bytes();
+                let [h1, h2] = h.to_be_bytes();
+                return is_blocked_v4(Ipv4Addr::new(g1, g2, h1, h2));
+            }
             let first = ip.segments()[0];
             // fe80::/10 link-local; fd00:ec2::254 is AWS's IPv6 metadata service.
             (first & 0xffc0) == 0xfe80
@@ -696,6 +703,7 @@ mod tests {
             "fe80::1",
             "fd00:ec2::254",
             "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
             "255.255.255.255",
         ] {
             assert!(is_blocked(ip.parse().expect("an address")), "{ip}");
