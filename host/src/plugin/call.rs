@@ -1,12 +1,16 @@
 //! Evaluate: one call of one capability, in a fresh Store with its deadline and memory cap, and
 //! the host's checks on what comes back (sizes, JSON shape) before anyone uses it.
+//!
+//! The canonical ABI lets a guest return a list whose entries all point at the same bytes: a
+//! 64 MiB guest can return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy. So
+//! every Store carries wasmtime's hostcall fuel, set to `CallLimits::transfer_bytes`: one lift
+//! (a result, or the arguments of one import call) may not copy more, counting every entry
+//! however the entries alias. What passes is then held to the output cap and to a count per
+//! list, here.
 
 use std::{collections::BTreeSet, time::Duration};
 
-use wasmtime::{
-    Store, Trap,
-    component::{ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower},
-};
+use wasmtime::{Store, Trap, component::Instance};
 
 use super::{
     CallError, Capability,
@@ -14,7 +18,6 @@ use super::{
     compile::{CompiledPlugin, PluginMetadata},
     engine::PluginEngine,
     input::AppContext,
-    lift::{self, Reader},
     limits::CallLimits,
     object::PluginObject,
     sandbox::{CallState, CallTags},
@@ -108,15 +111,25 @@ pub struct CleanupDecision {
     pub keep: Vec<ObjectRef>,
 }
 
-/// One export to call: which capability, and its function's index (absent when the component
-/// does not export the capability).
-struct Export<'a> {
-    interface: &'static str,
-    index: Option<&'a ComponentExportIndex>,
+/// Converts one interface's generated `plugin-error` into a [`CallError::Refused`]; each WIT
+/// interface has its own copy of the type, so this is written once as a macro.
+macro_rules! refused {
+    ($iface:ident, $plugin:expr, $capability:expr, $err:expr) => {{
+        let err = $err;
+        let kind = match err.kind {
+            guest::$iface::ErrorKind::InvalidConfig => "invalid-config",
+            guest::$iface::ErrorKind::InvalidInput => "invalid-input",
+            guest::$iface::ErrorKind::Internal => "internal",
+        };
+        CallError::Refused {
+            plugin: $plugin,
+            interface: $capability.interface(),
+            kind: kind.to_string(),
+            message: err.message,
+            field: err.field,
+        }
+    }};
 }
-
-/// The result every capability function returns, its answer lifted as views (see [`lift`]).
-type Answer<R> = (Result<R, lift::PluginError>,);
 
 impl CompiledPlugin {
     /// Runs `f` against a fresh instance in a fresh Store with `limits`, and turns whatever went
@@ -179,151 +192,33 @@ impl CompiledPlugin {
         })
     }
 
-    /// Calls one exported function with `params` and hands its answer, still in guest memory,
-    /// to `read`, which copies out what it needs through a [`lift::Reader`] bounded by the
-    /// output cap. A plugin's own error becomes [`CallError::Refused`], a bad answer
-    /// [`CallError::BadOutput`].
+    /// Runs `call` against the capability's export `indices`, or reports it unsupported.
     // Each argument is a separate input of the call; bundling them would only move the list.
     #[allow(clippy::too_many_arguments)]
-    fn call_export<P, R, T>(
+    fn invoke<I, R>(
         &self,
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
         now_ms: i64,
-        export: Export<'_>,
-        params: P,
-        read: impl FnOnce(&mut Reader, R) -> Result<T, String>,
-    ) -> Result<T, CallError>
-    where
-        P: ComponentNamedList + Lower,
-        R: Lift + 'static,
-    {
-        let Export { interface, index } = export;
-        let Some(index) = index else {
+        capability: Capability,
+        indices: &Option<I>,
+        call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let Some(indices) = indices else {
             return Err(CallError::Unsupported {
                 plugin: self.label(),
-                interface,
+                interface: capability.interface(),
             });
         };
-        let answer = self.with_instance(
+        self.with_instance(
             engine,
-            interface,
+            capability.interface(),
             limits,
             tags,
             now_ms,
-            |store, instance| {
-                let func = instance.get_typed_func::<P, Answer<R>>(&mut *store, index)?;
-                let (answer,) = func.call(&mut *store, params)?;
-                let mut reader = Reader::new(limits.max_output_bytes);
-                Ok(match answer {
-                    Ok(value) => read(&mut reader, value).map_err(Err),
-                    Err(err) => Err(Self::read_refusal(&mut reader, err)),
-                })
-            },
-        )?;
-        answer.map_err(|err| match err {
-            Ok((kind, message, field)) => CallError::Refused {
-                plugin: self.label(),
-                interface,
-                kind: kind.to_string(),
-                message,
-                field,
-            },
-            Err(reason) => self.bad_in(interface, reason),
-        })
-    }
-
-    /// A plugin's own error, copied out: its kind, message and field; or why it is unreadable.
-    fn read_refusal(
-        reader: &mut Reader,
-        err: lift::PluginError,
-    ) -> Result<(&'static str, String, Option<String>), String> {
-        let kind = err.kind.as_str();
-        let message = reader
-            .string(err.message)
-            .map_err(|reason| format!("its error message: {reason}"))?;
-        let field = reader
-            .optional(err.field)
-            .map_err(|reason| format!("its error field: {reason}"))?;
-        Ok((kind, message, field))
-    }
-
-    /// The export of `capability` for [`Self::call_export`].
-    fn export(&self, capability: Capability) -> Export<'_> {
-        let index = match capability {
-            Capability::SpecDiff => self.exports.spec_diff.as_ref(),
-            Capability::Health => self.exports.health.as_ref(),
-            Capability::Backup => self.exports.backup.as_ref(),
-            Capability::Upgrade => self.exports.upgrade.as_ref(),
-            Capability::Finalize => self.exports.finalize.as_ref(),
-        };
-        Export {
-            interface: capability.interface(),
-            index,
-        }
-    }
-
-    /// Looks every function this component exports up in one instance, which checks its type
-    /// against what the host calls it with: a mismatch is found at load, not on a first call.
-    pub(super) fn check_export_types(&self, engine: &PluginEngine) -> Result<(), String> {
-        use guest::{backup, finalize, health, spec_diff, upgrade};
-        let limits = CallLimits::default();
-        self.with_instance(
-            engine,
-            "metadata",
-            &limits,
-            CallTags::default(),
-            0,
-            |store, i| {
-                fn check<P: ComponentNamedList + Lower, R: ComponentNamedList + Lift>(
-                    store: &mut Store<CallState>,
-                    instance: &Instance,
-                    index: Option<&ComponentExportIndex>,
-                    name: &str,
-                ) -> wasmtime::Result<()> {
-                    if let Some(index) = index {
-                        instance
-                            .get_typed_func::<P, R>(&mut *store, index)
-                            .map_err(|err| err.context(format!("{name} has the wrong type")))?;
-                    }
-                    Ok(())
-                }
-                let e = &self.exports;
-                check::<(), (lift::Info,)>(store, i, Some(&e.metadata), "metadata.get")?;
-                check::<(spec_diff::PlanInput<'_>,), Answer<lift::Desired>>(
-                    store,
-                    i,
-                    e.spec_diff.as_ref(),
-                    "spec-diff.plan",
-                )?;
-                check::<(health::CheckInput<'_>,), Answer<lift::Report>>(
-                    store,
-                    i,
-                    e.health.as_ref(),
-                    "health.check",
-                )?;
-                check::<(backup::ScheduleInput<'_>,), Answer<lift::ScheduleDecision>>(
-                    store,
-                    i,
-                    e.backup.as_ref(),
-                    "backup.schedule",
-                )?;
-                check::<(upgrade::GateInput<'_>,), Answer<lift::GateDecision>>(
-                    store,
-                    i,
-                    e.upgrade.as_ref(),
-                    "upgrade.gate",
-                )?;
-                check::<(finalize::CleanupInput<'_>,), Answer<lift::CleanupDecision>>(
-                    store,
-                    i,
-                    e.finalize.as_ref(),
-                    "finalize.cleanup",
-                )
-            },
+            |store, instance| call(indices, store, instance),
         )
-        .map_err(|err| err.to_string())
     }
 
     /// Calls `metadata.get`: the smoke test at load, and what the plugin says about itself.
@@ -333,67 +228,58 @@ impl CompiledPlugin {
         limits: &CallLimits,
         tags: CallTags,
     ) -> Result<(PluginMetadata, BTreeSet<Capability>), CallError> {
-        let read = |reader: &mut Reader, info: lift::Info| {
-            let mut kinds = |list: Vec<lift::KindRef>, what: &str| {
-                reader
-                    .list(list, MAX_LISTED, what)?
-                    .into_iter()
-                    .map(|k| {
-                        Ok(format!(
-                            "{}/{}",
-                            reader.string(k.api_version)?,
-                            reader.string(k.kind)?
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, String>>()
-            };
-            let owns = kinds(info.owns, "kinds in owns")?;
-            let observes = kinds(info.observes, "kinds in observes")?;
-            let claimed = reader
-                .list(info.capabilities, Capability::ALL.len(), "capabilities")?
-                .into_iter()
-                .map(|c| match c {
-                    lift::Capability::SpecDiff => Capability::SpecDiff,
-                    lift::Capability::Health => Capability::Health,
-                    lift::Capability::Backup => Capability::Backup,
-                    lift::Capability::Upgrade => Capability::Upgrade,
-                    lift::Capability::Finalize => Capability::Finalize,
-                })
-                .collect();
-            let mut text = |s: String, field: &str, max: usize| {
-                let text = reader.string(s)?;
-                match text.len() {
-                    len if len > max => {
-                        Err(format!("metadata {field} has {len} bytes; at most {max}"))
-                    }
-                    _ => Ok(text),
-                }
-            };
-            let metadata = PluginMetadata {
-                name: text(info.name, "name", 63)?,
-                version: text(info.version, "version", 64)?,
-                description: text(info.description, "description", 1024)?,
-                owns,
-                observes,
-            };
-            if metadata.name.is_empty() {
-                return Err("metadata name must be 1 to 63 characters".to_string());
-            }
-            Ok((metadata, claimed))
-        };
         // metadata gets no input, so its wall clock reads the epoch: same answer every time.
-        let answer =
-            self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
-                let func = instance
-                    .get_typed_func::<(), (lift::Info,)>(&mut *store, &self.exports.metadata)?;
-                let (info,) = func.call(&mut *store, ())?;
-                Ok(read(&mut Reader::new(limits.max_output_bytes), info))
-            })?;
-        answer.map_err(|reason| CallError::BadOutput {
-            plugin: self.label(),
-            interface: "metadata",
-            reason,
-        })
+        let info = self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
+            self.exports
+                .metadata
+                .load(&mut *store, instance)?
+                .call_get(&mut *store)
+        })?;
+        let kind = |k: &guest::metadata::KindRef| format!("{}/{}", k.api_version, k.kind);
+        let claimed = info
+            .capabilities
+            .iter()
+            .map(|c| match c {
+                guest::metadata::Capability::SpecDiff => Capability::SpecDiff,
+                guest::metadata::Capability::Health => Capability::Health,
+                guest::metadata::Capability::Backup => Capability::Backup,
+                guest::metadata::Capability::Upgrade => Capability::Upgrade,
+                guest::metadata::Capability::Finalize => Capability::Finalize,
+            })
+            .collect();
+        let metadata = PluginMetadata {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            owns: info.owns.iter().map(kind).collect(),
+            observes: info.observes.iter().map(kind).collect(),
+        };
+        let too_long = [
+            ("version", metadata.version.len(), 64),
+            ("description", metadata.description.len(), 1024),
+            ("owns", metadata.owns.len(), MAX_LISTED),
+            ("observes", metadata.observes.len(), MAX_LISTED),
+        ]
+        .into_iter()
+        .find(|(_, len, max)| len > max);
+        if let Some((field, len, max)) = too_long {
+            return Err(CallError::BadOutput {
+                plugin: self.label(),
+                interface: "metadata",
+                reason: format!("metadata {field} has {len} bytes or entries; at most {max}"),
+            });
+        }
+        if metadata.name.is_empty() || metadata.name.len() > 63 {
+            return Err(CallError::BadOutput {
+                plugin: self.label(),
+                interface: "metadata",
+                reason: format!(
+                    "metadata name {:?} must be 1 to 63 characters",
+                    metadata.name
+                ),
+            });
+        }
+        Ok((metadata, claimed))
     }
 
     /// Calls `spec-diff.plan` and checks every object it returns.
@@ -414,21 +300,20 @@ impl CompiledPlugin {
             target_version,
             now: cx.now_ms,
         };
-        let (texts, requeue_after) = self.call_export(
+        let result = self.invoke(
             engine,
             limits,
             tags,
             cx.now_ms,
-            self.export(capability),
-            (input,),
-            |reader, desired: lift::Desired| {
-                let texts = reader.strings(desired.objects, MAX_PLANNED, "objects")?;
-                Ok((texts, desired.requeue_after))
-            },
+            capability,
+            &self.exports.spec_diff,
+            |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
         )?;
+        let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
+        let objects = self.parse_objects(capability, limits, &desired.objects)?;
         Ok(Plan {
-            objects: self.parse_objects(capability, &texts)?,
-            requeue_after: requeue_after.map(Duration::from_millis),
+            objects,
+            requeue_after: desired.requeue_after.map(Duration::from_millis),
         })
     }
 
@@ -441,7 +326,7 @@ impl CompiledPlugin {
         cx: &AppContext,
         version: &str,
     ) -> Result<HealthReport, CallError> {
-        use lift::{ConditionStatus, State};
+        use guest::health::{ConditionStatus, State};
         let capability = Capability::Health;
         let input = guest::health::CheckInput {
             app: &cx.app,
@@ -449,61 +334,72 @@ impl CompiledPlugin {
             version,
             now: cx.now_ms,
         };
-        let report = self.call_export(
+        let result = self.invoke(
             engine,
             limits,
             tags,
             cx.now_ms,
-            self.export(capability),
-            (input,),
-            |reader, report: lift::Report| {
-                let conditions = reader
-                    .list(report.conditions, MAX_LISTED, "conditions")?
-                    .into_iter()
-                    .map(|c| {
-                        Ok(PluginCondition {
-                            type_: reader.string(c.condition_type)?,
-                            status: match c.status {
-                                ConditionStatus::True => "True",
-                                ConditionStatus::False => "False",
-                                ConditionStatus::Unknown => "Unknown",
-                            },
-                            reason: reader.string(c.reason)?,
-                            message: reader.string(c.message)?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, String>>()?;
-                Ok(HealthReport {
-                    state: match report.state {
-                        State::Healthy => HealthState::Healthy,
-                        State::Progressing => HealthState::Progressing,
-                        State::Degraded => HealthState::Degraded,
-                    },
-                    conditions,
-                    message: reader.string(report.message)?,
-                    rollout_complete: report.rollout_complete,
-                })
+            capability,
+            &self.exports.health,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
+                    .call_check(&mut *store, input)
             },
         )?;
+        let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
+        let size = report.message.len()
+            + report
+                .conditions
+                .iter()
+                .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
+                .sum::<usize>();
+        self.check_size(capability, limits, size)?;
         let mut seen = std::collections::BTreeSet::new();
         for c in &report.conditions {
-            if RESERVED_CONDITIONS.contains(&c.type_.as_str()) || !seen.insert(&c.type_) {
+            if RESERVED_CONDITIONS.contains(&c.condition_type.as_str())
+                || !seen.insert(&c.condition_type)
+            {
                 return Err(self.bad(
                     capability,
-                    format!("condition type {:?} is the host's or repeated", c.type_),
+                    format!(
+                        "condition type {:?} is the host's or repeated",
+                        c.condition_type
+                    ),
                 ));
             }
-            if !is_camel_case(&c.type_) || !is_camel_case(&c.reason) {
+            if !is_camel_case(&c.condition_type) || !is_camel_case(&c.reason) {
                 return Err(self.bad(
                     capability,
                     format!(
                         "condition type {:?} and reason {:?} must be CamelCase words",
-                        c.type_, c.reason
+                        c.condition_type, c.reason
                     ),
                 ));
             }
         }
-        Ok(report)
+        Ok(HealthReport {
+            state: match report.state {
+                State::Healthy => HealthState::Healthy,
+                State::Progressing => HealthState::Progressing,
+                State::Degraded => HealthState::Degraded,
+            },
+            conditions: report
+                .conditions
+                .into_iter()
+                .map(|c| PluginCondition {
+                    type_: c.condition_type,
+                    status: match c.status {
+                        ConditionStatus::True => "True",
+                        ConditionStatus::False => "False",
+                        ConditionStatus::Unknown => "Unknown",
+                    },
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect(),
+            message: report.message,
+            rollout_complete: report.rollout_complete,
+        })
     }
 
     /// Calls `backup.schedule`.
@@ -522,23 +418,33 @@ impl CompiledPlugin {
             last_completed_slot,
             now: cx.now_ms,
         };
-        let (run, expire, requeue_after) = self.call_export(
+        let result = self.invoke(
             engine,
             limits,
             tags,
             cx.now_ms,
-            self.export(capability),
-            (input,),
-            |reader, decision: lift::ScheduleDecision| {
-                let expire = reader.strings(decision.expire, MAX_LISTED, "slots to expire")?;
-                let run = match decision.run {
-                    Some(run) => Some((reader.string(run.slot)?, reader.string(run.job)?)),
-                    None => None,
-                };
-                Ok((run, expire, decision.requeue_after))
+            capability,
+            &self.exports.backup,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
+                    .call_schedule(&mut *store, input)
             },
         )?;
-        for slot in expire.iter().chain(run.as_ref().map(|(slot, _)| slot)) {
+        let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
+        if decision.expire.len() > MAX_LISTED {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{} slots to expire; at most {MAX_LISTED} per call",
+                    decision.expire.len()
+                ),
+            ));
+        }
+        for slot in decision
+            .expire
+            .iter()
+            .chain(decision.run.as_ref().map(|r| &r.slot))
+        {
             if !is_slot(slot) {
                 return Err(self.bad(
                     capability,
@@ -546,17 +452,18 @@ impl CompiledPlugin {
                 ));
             }
         }
-        let run = match run {
-            Some((slot, job)) => {
-                let mut job = self.parse_objects(capability, std::slice::from_ref(&job))?;
-                job.pop().map(|job| (slot, job))
+        let run = match decision.run {
+            Some(run) => {
+                let mut job =
+                    self.parse_objects(capability, limits, std::slice::from_ref(&run.job))?;
+                job.pop().map(|job| (run.slot, job))
             }
             None => None,
         };
         Ok(BackupDecision {
             run,
-            expire,
-            requeue_after: requeue_after.map(Duration::from_millis),
+            expire: decision.expire,
+            requeue_after: decision.requeue_after.map(Duration::from_millis),
         })
     }
 
@@ -570,6 +477,7 @@ impl CompiledPlugin {
         from_version: &str,
         to_version: &str,
     ) -> Result<GateDecision, CallError> {
+        let capability = Capability::Upgrade;
         let input = guest::upgrade::GateInput {
             app: &cx.app,
             observed: &cx.observed_texts(),
@@ -577,21 +485,27 @@ impl CompiledPlugin {
             to_version,
             now: cx.now_ms,
         };
-        self.call_export(
+        let result = self.invoke(
             engine,
             limits,
             tags,
             cx.now_ms,
-            self.export(Capability::Upgrade),
-            (input,),
-            |reader, decision: lift::GateDecision| {
-                Ok(match decision {
-                    lift::GateDecision::Allow => GateDecision::Allow,
-                    lift::GateDecision::Wait(reason) => GateDecision::Wait(reader.string(reason)?),
-                    lift::GateDecision::Deny(reason) => GateDecision::Deny(reader.string(reason)?),
-                })
-            },
-        )
+            capability,
+            &self.exports.upgrade,
+            |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
+        )?;
+        let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
+        Ok(match decision {
+            guest::upgrade::GateDecision::Allow => GateDecision::Allow,
+            guest::upgrade::GateDecision::Wait(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Wait(reason)
+            }
+            guest::upgrade::GateDecision::Deny(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Deny(reason)
+            }
+        })
     }
 
     /// Calls `finalize.cleanup`.
@@ -602,65 +516,84 @@ impl CompiledPlugin {
         tags: CallTags,
         cx: &AppContext,
     ) -> Result<CleanupDecision, CallError> {
+        let capability = Capability::Finalize;
         let input = guest::finalize::CleanupInput {
             app: &cx.app,
             retained: &cx.observed_texts(),
             now: cx.now_ms,
         };
-        self.call_export(
+        let result = self.invoke(
             engine,
             limits,
             tags,
             cx.now_ms,
-            self.export(Capability::Finalize),
-            (input,),
-            |reader, decision: lift::CleanupDecision| {
-                if decision.delete.len().saturating_add(decision.keep.len()) > MAX_LISTED {
-                    return Err(format!(
-                        "{} objects to delete or keep; at most {MAX_LISTED}",
-                        decision.delete.len().saturating_add(decision.keep.len())
-                    ));
-                }
-                let mut refs = |list: Vec<lift::ObjectRef>, what: &str| {
-                    reader
-                        .list(list, MAX_LISTED, what)?
-                        .into_iter()
-                        .map(|r| {
-                            Ok(ObjectRef {
-                                api_version: reader.string(r.api_version)?,
-                                kind: reader.string(r.kind)?,
-                                name: reader.string(r.name)?,
-                            })
-                        })
-                        .collect::<Result<Vec<_>, String>>()
-                };
-                Ok(CleanupDecision {
-                    delete: refs(decision.delete, "objects to delete")?,
-                    keep: refs(decision.keep, "objects to keep")?,
-                })
+            capability,
+            &self.exports.finalize,
+            |g, store, instance| {
+                g.load(&mut *store, instance)?
+                    .call_cleanup(&mut *store, input)
             },
-        )
+        )?;
+        let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
+        let listed = decision.delete.len() + decision.keep.len();
+        if listed > MAX_LISTED {
+            return Err(self.bad(
+                capability,
+                format!("{listed} objects to delete or keep; at most {MAX_LISTED}"),
+            ));
+        }
+        let size: usize = decision
+            .delete
+            .iter()
+            .chain(&decision.keep)
+            .map(|r| r.api_version.len() + r.kind.len() + r.name.len())
+            .sum();
+        self.check_size(capability, limits, size)?;
+        let convert = |r: guest::finalize::ObjectRef| ObjectRef {
+            api_version: r.api_version,
+            kind: r.kind,
+            name: r.name,
+        };
+        Ok(CleanupDecision {
+            delete: decision.delete.into_iter().map(convert).collect(),
+            keep: decision.keep.into_iter().map(convert).collect(),
+        })
     }
 
     fn bad(&self, capability: Capability, reason: String) -> CallError {
-        self.bad_in(capability.interface(), reason)
-    }
-
-    fn bad_in(&self, interface: &'static str, reason: String) -> CallError {
         CallError::BadOutput {
             plugin: self.label(),
-            interface,
+            interface: capability.interface(),
             reason,
         }
     }
 
-    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]); their
-    /// size was bounded as they were read.
+    fn check_size(
+        &self,
+        capability: Capability,
+        limits: &CallLimits,
+        size: usize,
+    ) -> Result<(), CallError> {
+        if size > limits.max_output_bytes {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{size} bytes of output is over the {} byte cap",
+                    limits.max_output_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]).
     fn parse_objects(
         &self,
         capability: Capability,
+        limits: &CallLimits,
         texts: &[String],
     ) -> Result<Vec<PluginObject>, CallError> {
+        self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
         texts
             .iter()
             .enumerate()
@@ -684,7 +617,10 @@ fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
             super::limits::MAX_HOST_RESOURCES
         ));
     }
-    lift::over_transfer_limit(err).then(|| {
+    // wasmtime says so only in words, so the words are matched; host/tests/runtime.rs and
+    // aliased_output.rs prove they still are.
+    let exhausted = format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted");
+    exhausted.then(|| {
         format!(
             "it passed more than {} bytes to the host in one transfer (a result, or the \
                  arguments of one import call), counting every entry of its lists",
@@ -692,10 +628,6 @@ fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
         )
     })
 }
-
-/// Most objects a plan may hold as it is read: far more than the guard lets through (it names
-/// the count it allows), few enough that reading the list costs nothing.
-const MAX_PLANNED: usize = 4096;
 
 /// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
 /// to expire, objects to delete or keep): a plugin of one App has no use for more.

@@ -7,10 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
+use wasmtime::component::{Component, InstancePre};
 
 use super::{
-    Capability, Digest, LoadError, bindings,
+    Capability, Digest, LoadError,
+    bindings::{self, exports::wasmop::plugin as guest},
     cache::Cache,
     compiler::CompileError,
     engine::PluginEngine,
@@ -51,45 +52,14 @@ pub struct CompiledPlugin {
     pub(super) exports: Exports,
 }
 
-/// The index of each capability's function in the component, looked up once at load; their
-/// types are checked at load too (see `call`).
+/// Export indices of each capability the component has, looked up once at load.
 pub(super) struct Exports {
-    pub metadata: ComponentExportIndex,
-    pub spec_diff: Option<ComponentExportIndex>,
-    pub health: Option<ComponentExportIndex>,
-    pub backup: Option<ComponentExportIndex>,
-    pub upgrade: Option<ComponentExportIndex>,
-    pub finalize: Option<ComponentExportIndex>,
-}
-
-/// The function each capability interface exports.
-fn function_name(capability: Capability) -> &'static str {
-    match capability {
-        Capability::SpecDiff => "plan",
-        Capability::Health => "check",
-        Capability::Backup => "schedule",
-        Capability::Upgrade => "gate",
-        Capability::Finalize => "cleanup",
-    }
-}
-
-/// Finds `function` in the exported interface `interface` of `component`.
-fn function_index(
-    component: &Component,
-    interface: &str,
-    function: &str,
-) -> Result<ComponentExportIndex, String> {
-    let name = format!(
-        "{}/{interface}@{}",
-        bindings::PACKAGE,
-        bindings::WORLD_VERSION
-    );
-    let instance = component
-        .get_export_index(None, &name)
-        .ok_or_else(|| format!("it does not export {name}"))?;
-    component
-        .get_export_index(Some(&instance), function)
-        .ok_or_else(|| format!("its {name} has no function {function}"))
+    pub metadata: guest::metadata::GuestIndices,
+    pub spec_diff: Option<guest::spec_diff::GuestIndices>,
+    pub health: Option<guest::health::GuestIndices>,
+    pub backup: Option<guest::backup::GuestIndices>,
+    pub upgrade: Option<guest::upgrade::GuestIndices>,
+    pub finalize: Option<guest::finalize::GuestIndices>,
 }
 
 /// The first eight bytes of a binary component (magic, then layer 1 version 0x0d).
@@ -171,20 +141,30 @@ impl CompiledPlugin {
             .linker()
             .instantiate_pre(&component)
             .map_err(|err| incompatible(format!("its imports cannot be satisfied: {err:#}")))?;
-        let index = |c: Capability| {
-            exported
-                .contains(&c)
-                .then(|| function_index(&component, c.interface(), function_name(c)))
-                .transpose()
-                .map_err(incompatible)
-        };
+        let lookup_failed = |err: wasmtime::Error| incompatible(format!("{err:#}"));
+        let has = |c: Capability| exported.contains(&c);
         let exports = Exports {
-            metadata: function_index(&component, "metadata", "get").map_err(incompatible)?,
-            spec_diff: index(Capability::SpecDiff)?,
-            health: index(Capability::Health)?,
-            backup: index(Capability::Backup)?,
-            upgrade: index(Capability::Upgrade)?,
-            finalize: index(Capability::Finalize)?,
+            metadata: guest::metadata::GuestIndices::new(&pre).map_err(lookup_failed)?,
+            spec_diff: has(Capability::SpecDiff)
+                .then(|| guest::spec_diff::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            health: has(Capability::Health)
+                .then(|| guest::health::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            backup: has(Capability::Backup)
+                .then(|| guest::backup::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            upgrade: has(Capability::Upgrade)
+                .then(|| guest::upgrade::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
+            finalize: has(Capability::Finalize)
+                .then(|| guest::finalize::GuestIndices::new(&pre))
+                .transpose()
+                .map_err(lookup_failed)?,
         };
 
         let placeholder = PluginMetadata {
@@ -222,7 +202,6 @@ impl CompiledPlugin {
             )));
         }
         plugin.metadata = metadata;
-        plugin.check_export_types(engine).map_err(incompatible)?;
         // Only a version that passed every check is kept: the cache never holds what failed.
         if !plugin.from_cache
             && let Some(cache) = cache

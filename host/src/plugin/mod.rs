@@ -22,7 +22,6 @@ pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod input;
-pub mod lift;
 pub mod limits;
 pub mod log_limit;
 pub mod metrics;
