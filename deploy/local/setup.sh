@@ -2,7 +2,8 @@
 # The one installer: everything the README's two commands need, installed if missing, idempotent.
 #
 #   deploy/local/setup.sh                 every part
-#   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, control-plane)
+#   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, control-plane,
+#                                         cosign)
 #
 # Parts:
 #   rust           the pinned toolchain's components and the wasm32-wasip2 target. rustup applies
@@ -13,6 +14,8 @@
 #   wasm-tools     the pinned wasm-tools, which checks plugin components, built from crates.io.
 #   control-plane  etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok,
 #                  built from the Go module proxy at the versions pinned in deploy/local/tools/.
+#   cosign         sigstore's cosign, which the signature tests sign plugins with, built the same
+#                  way (deploy/local/tools/cosign).
 #
 # Binaries and build caches live under $WASMOP_CACHE (default ~/.cache/wasmop), outside the
 # checkout, so fresh clones reuse them. Where they are is written to $STATE/tools.env (default
@@ -127,7 +130,7 @@ build_module() {
       local t0=$SECONDS
       say "building ${spec%%=*} from the Go module proxy (cold: minutes; log $LOGS/go-${spec%%=*}.log)"
       (cd "$TOOLS/$module" && logged "go-${spec%%=*}" go build -trimpath -ldflags "$ldflags" -o "$dir.tmp/${spec%%=*}" "${spec#*=}") ||
-        fail "control-plane: go build ${spec#*=}" "check that the Go module proxy is reachable and GOPROXY is set as the machine has it" "$LOGS/go-${spec%%=*}.log"
+        fail "$module: go build ${spec#*=}" "check that the Go module proxy is reachable and GOPROXY is set as the machine has it" "$LOGS/go-${spec%%=*}.log"
       say "  built ${spec%%=*} in $((SECONDS - t0))s"
     done
     rm -rf "$dir" && mv "$dir.tmp" "$dir"
@@ -147,10 +150,14 @@ part_control_plane() {
   build_module KWOK_BIN kwok "-s -w" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
 }
 
+part_cosign() {
+  build_module COSIGN_BIN cosign "-s -w" cosign=github.com/sigstore/cosign/v2/cmd/cosign
+}
+
 # ---------------------------------------------------------------------------------------------
 
 parts=("$@")
-((${#parts[@]})) || parts=(rust packages wasm-tools control-plane)
+((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign)
 t0=$SECONDS
 for part in "${parts[@]}"; do
   case "$part" in
@@ -158,7 +165,8 @@ for part in "${parts[@]}"; do
   packages) part_packages ;;
   wasm-tools) part_wasm_tools ;;
   control-plane) part_packages; part_control_plane ;;
-  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane]..." >&2; exit 2 ;;
+  cosign) part_packages; part_cosign ;;
+  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign]..." >&2; exit 2 ;;
   esac
 done
 
@@ -171,4 +179,5 @@ update WASM_TOOLS "${WASM_TOOLS:-}"
 update K8S_BIN "${K8S_BIN:-}"
 update ETCD_BIN "${ETCD_BIN:-}"
 update KWOK_BIN "${KWOK_BIN:-}"
+update COSIGN_BIN "${COSIGN_BIN:-}"
 ((SECONDS - t0 < 10)) || say "setup (${parts[*]}) done in $((SECONDS - t0))s"

@@ -42,11 +42,21 @@ pub struct AppSpec {
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "[has(self.image), has(self.configMap), has(self.file)].filter(x, x).size() == 1",
     "message": "set exactly one of spec.plugin.image, spec.plugin.configMap or spec.plugin.file"
+}, {
+    "rule": "!has(self.imagePullSecrets) || has(self.image)",
+    "message": "spec.plugin.imagePullSecrets applies only to spec.plugin.image"
 }]))]
 pub struct PluginSource {
     /// OCI reference of a Wasm artifact, by tag (polled) or by digest (immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Secrets in the App's namespace (type `kubernetes.io/dockerconfigjson` or
+    /// `kubernetes.io/dockercfg`) holding credentials for `image`'s registry, as a Pod's
+    /// `imagePullSecrets`. The host reads them only where the namespace's admin bound the
+    /// `wasmop-pull-secrets` ClusterRole to it (see the README).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub image_pull_secrets: Vec<PullSecretRef>,
     /// A ConfigMap in the App's namespace holding the component in `binaryData`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapPluginSource>,
@@ -54,6 +64,14 @@ pub struct PluginSource {
     /// enabled (development).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+}
+
+/// A Secret in the App's namespace, by name.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct PullSecretRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// A plugin stored in a ConfigMap.

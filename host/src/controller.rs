@@ -27,7 +27,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use crate::{
     api_health::ApiHealth,
     app::App,
-    plugin::source::SourceRef,
+    plugin::source::{OciRules, SourceRef},
     policy::{Resolution, view::PolicyView},
     reconcile::{self, Context, fetch::Stores},
     run::PluginRuntime,
@@ -236,12 +236,19 @@ fn plugin_changes(
     BroadcastStream::new(runtime.registry.subscribe())
         .filter_map(|change| async move { change.ok() })
         .flat_map(move |source: SourceRef| {
+            // Which credentials and keys an App's source carries depends on its policy; every
+            // App naming the same location is requeued, and reconciles against its own.
+            let location = source.location();
             let users: Vec<ObjectRef<App>> = apps
                 .state()
                 .iter()
                 .filter(|app| {
-                    SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
-                        .is_ok_and(|s| s == source)
+                    SourceRef::from_spec(
+                        &app.namespace().unwrap_or_default(),
+                        &app.spec.plugin,
+                        &OciRules::default(),
+                    )
+                    .is_ok_and(|s| s.location() == location)
                 })
                 .map(|app| ObjectRef::from_obj(app.as_ref()))
                 .collect();

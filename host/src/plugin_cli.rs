@@ -19,7 +19,7 @@ use crate::{
         input::AppContext,
         limits::CallLimits,
         sandbox::CallTags,
-        source::{SourceRef, oci::OciSource},
+        source::{OciRef, SourceRef, oci::OciSource},
     },
     reconcile::{fetch::BACKUP_SLOT_LABEL, guard},
 };
@@ -81,10 +81,9 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             output,
             insecure,
         } => {
-            let source = SourceRef::Oci(reference.clone());
-            let (_, fetched) = oci(&reference, insecure)?
-                .fetch(&source, &reference)
-                .await?;
+            let target = OciRef::with_host_credentials(reference.clone());
+            let source = SourceRef::Oci(target.clone());
+            let (_, fetched) = oci(&reference, insecure)?.fetch(&source, &target).await?;
             std::fs::write(&output, &fetched.bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             println!(
@@ -120,10 +119,11 @@ async fn load_bytes(plugin: &str) -> anyhow::Result<Vec<u8>> {
     if path.exists() {
         return read(path);
     }
-    let source = SourceRef::Oci(plugin.to_string());
+    let target = OciRef::with_host_credentials(plugin);
+    let source = SourceRef::Oci(target.clone());
     let (_, fetched) = oci(plugin, false)
         .with_context(|| format!("{plugin} is neither a file nor an OCI reference"))?
-        .fetch(&source, plugin)
+        .fetch(&source, &target)
         .await?;
     Ok(fetched.bytes)
 }

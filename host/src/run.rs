@@ -57,7 +57,8 @@ impl PluginRuntime {
         let oci = OciSource::new(
             args.registry_config.as_deref(),
             args.insecure_registries.clone(),
-        )?;
+        )?
+        .with_client(client.clone());
         let watcher = SourceWatcher::new(
             registry.clone(),
             Arc::new(oci),

@@ -30,7 +30,7 @@ use support::peak_rss;
 use wasmop_host::plugin::{
     Digest, LoadError,
     source::{
-        SourceRef,
+        OciRef, SourceRef,
         oci::{OciSource, pull::PullLimits},
     },
 };
@@ -199,7 +199,7 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
     let oci = OciSource::with_limits(None, Vec::new(), limits).expect("a source");
     // One plain miss first, so that what the first request of a process sets up once (the
     // connection pool, the runtime's worker threads) is not counted as the attacks' cost.
-    let missing = format!("127.0.0.1:{port}/missing:1");
+    let missing = OciRef::anonymous(format!("127.0.0.1:{port}/missing:1"));
     let err = oci
         .resolve(&SourceRef::Oci(missing.clone()), &missing)
         .await
@@ -226,7 +226,7 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
         ),
     ];
     for (repo, words) in cases {
-        let reference = format!("127.0.0.1:{port}/{repo}:1");
+        let reference = OciRef::anonymous(format!("127.0.0.1:{port}/{repo}:1"));
         let source = SourceRef::Oci(reference.clone());
         let start = Instant::now();
         let err = oci
@@ -249,7 +249,7 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
         );
     }
 
-    let reference = format!("127.0.0.1:{port}/error-page:1");
+    let reference = OciRef::anonymous(format!("127.0.0.1:{port}/error-page:1"));
     let err = oci
         .resolve(&SourceRef::Oci(reference.clone()), &reference)
         .await

@@ -19,7 +19,7 @@ use wasmop_host::plugin::{
     metrics::PluginMetrics,
     registry::{Offer, PluginRegistry},
     sandbox::CallTags,
-    source::{Fetched, SourceRef},
+    source::{Fetched, OciRef, SourceRef},
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,7 +27,7 @@ async fn calls_past_the_budget_wait_instead_of_exhausting_the_host() {
     const BUDGET: u64 = 512 << 20;
     let engine = PluginEngine::with_budget(MemoryBudget::new(BUDGET)).expect("engine");
     let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
-    let source = SourceRef::Oci("127.0.0.1:1/plugins/fault:1".into());
+    let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/fault:1"));
     let Offer::Loaded(fault) = registry
         .offer(&source, Fetched::new(component("fault_plugin.wasm")))
         .await

@@ -27,7 +27,7 @@ use wasmop_host::plugin::{
     metrics::PluginMetrics,
     registry::{Offer, PluginRegistry},
     sandbox::CallTags,
-    source::{Fetched, SourceRef},
+    source::{Fetched, OciRef, SourceRef},
 };
 
 fn prepare(engine: &PluginEngine, file: &str) -> Result<CompiledPlugin, LoadError> {
@@ -395,7 +395,7 @@ fn compiled_artifacts_are_cached_by_digest_and_engine() {
 async fn a_bad_version_never_replaces_a_good_one() {
     let engine = PluginEngine::new().expect("engine");
     let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
-    let source = SourceRef::Oci("127.0.0.1:1/plugins/x:1".into());
+    let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/x:1"));
     let mut changes = registry.subscribe();
 
     let hello = Fetched::new(component("hello.wasm"));

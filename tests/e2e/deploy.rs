@@ -157,6 +157,50 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
         );
     }
 
+    // A namespace whose admin lets its Apps use their own pull secrets, with the README's
+    // command: the host may then get (not list) Secrets there, and still nowhere else.
+    let bound = kubectl(&local)?
+        .args([
+            "-n",
+            &ns.name,
+            "create",
+            "rolebinding",
+            "wasmop-pull-secrets",
+            "--clusterrole=wasmop-pull-secrets",
+            "--serviceaccount=wasmop-system:wasmop",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        bound.status.success(),
+        "binding wasmop-pull-secrets: {}",
+        String::from_utf8_lossy(&bound.stderr)
+    );
+    wait_for(
+        "get secrets after the RoleBinding",
+        Duration::from_secs(10),
+        || async { Ok(can("get", "secrets", None)?.then_some(())) },
+    )
+    .await?;
+    anyhow::ensure!(
+        !can("list", "secrets", None)?,
+        "the pull-secrets role lets the host list Secrets"
+    );
+    let elsewhere = kubectl(&local)?
+        .args([
+            "auth",
+            "can-i",
+            "get",
+            "secrets",
+            "--as=system:serviceaccount:wasmop-system:wasmop",
+            "-n",
+            "default",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        String::from_utf8_lossy(&elsewhere.stdout).trim() == "no",
+        "the host may get Secrets in a namespace that bound nothing"
+    );
+
     let image = push_kvstore(&local).await?;
     let identity = unique("rbac-host");
     let args = [

@@ -16,4 +16,6 @@ mod host;
 mod journey;
 mod plugin_sources;
 mod policy;
+mod pull_secrets;
 mod registry;
+mod signatures;

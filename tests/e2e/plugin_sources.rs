@@ -20,7 +20,7 @@ use wasmop_host::plugin::{
     engine::PluginEngine,
     metrics::PluginMetrics,
     registry::PluginRegistry,
-    source::{SourceRef, oci::OciSource},
+    source::{OciRef, SourceRef, oci::OciSource},
     watch::SourceWatcher,
 };
 
@@ -71,7 +71,7 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
 
     pusher.push(&reference, &hello).await?;
     let (registry, watcher) = runtime(None, None)?;
-    let source = SourceRef::Oci(reference.clone());
+    let source = SourceRef::Oci(OciRef::anonymous(reference.clone()));
     watcher.ensure(&source);
     wait_for_digest(
         &registry,
@@ -268,7 +268,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
         .push(&reference, &kvstore)
         .await?;
     let cache_dir = TempDir(std::env::temp_dir().join(unique("wasmop-cache")));
-    let source = SourceRef::Oci(reference.clone());
+    let source = SourceRef::Oci(OciRef::anonymous(reference.clone()));
 
     {
         let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;

@@ -27,6 +27,14 @@ pub enum LoadError {
         /// Digest of the bytes received.
         actual: String,
     },
+    /// The App's policy wants a signature by one of its keys, and the version has none.
+    #[error("plugin {source_ref} is refused by its signature check: {reason}")]
+    SignatureInvalid {
+        /// The source reference.
+        source_ref: String,
+        /// Unsigned, signed by another key, or signed for another digest.
+        reason: String,
+    },
     /// The bytes are not a Wasm component.
     #[error("plugin {source_ref} is not a Wasm component: {reason}")]
     NotAComponent {
@@ -68,6 +76,7 @@ impl LoadError {
         match self {
             Self::Fetch { .. } => "FetchFailed",
             Self::DigestMismatch { .. } => "DigestMismatch",
+            Self::SignatureInvalid { .. } => "SignatureInvalid",
             Self::NotAComponent { .. } => "NotAComponent",
             Self::IncompatibleWorld { .. } => "IncompatibleWorld",
             Self::Compile { .. } => "CompileFailed",

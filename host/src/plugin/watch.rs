@@ -19,9 +19,8 @@ use notify::Watcher as _;
 use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{
-    Digest,
     registry::{Offer, PluginRegistry},
-    source::{Fetched, SourceRef, config_map, fetch_error, file, oci::OciSource},
+    source::{Fetched, OciRef, SourceRef, config_map, fetch_error, file, oci::OciSource},
 };
 
 /// Starts and stops one driver task per source in use.
@@ -107,11 +106,11 @@ impl SourceWatcher {
         }
         let registry = Arc::clone(&self.registry);
         let task = match source.clone() {
-            SourceRef::Oci(reference) => tokio::spawn(drive_oci(
+            SourceRef::Oci(oci) => tokio::spawn(drive_oci(
                 registry,
                 Arc::clone(&self.oci),
                 source.clone(),
-                reference,
+                oci,
                 self.poll_interval,
             )),
             SourceRef::ConfigMap {
@@ -163,20 +162,19 @@ async fn offer(registry: &Arc<PluginRegistry>, source: &SourceRef, fetched: Fetc
     !matches!(registry.offer(source, fetched).await, Offer::Rejected(_))
 }
 
-/// Loads the version the cache last saw for `reference`, for when the registry cannot be
-/// reached; returns whether it did.
+/// Loads the version this very source (reference, credentials and keys) last resolved to, for
+/// when the registry cannot be reached or need not be asked; returns whether it did. A digest
+/// some other source fetched is never served: it may have needed credentials or a signature
+/// this one lacks.
 async fn offer_from_cache(
     registry: &Arc<PluginRegistry>,
     source: &SourceRef,
-    reference: &str,
+    oci: &OciRef,
 ) -> bool {
     let Some(cache) = registry.cache() else {
         return false;
     };
-    let pinned = reference
-        .rsplit_once('@')
-        .and_then(|(_, d)| Digest::parse(d).ok());
-    let Some(digest) = cache.recall_ref(reference).or(pinned) else {
+    let Some(digest) = cache.recall_ref(&oci.cache_key()) else {
         return false;
     };
     let Some(bytes) = cache.load_blob(&digest) else {
@@ -191,15 +189,16 @@ const REFUSED_BACKOFF: Duration = Duration::from_secs(600);
 
 async fn drive_oci(
     registry: Arc<PluginRegistry>,
-    oci: Arc<OciSource>,
+    client: Arc<OciSource>,
     source: SourceRef,
-    reference: String,
+    oci: OciRef,
     poll: Duration,
 ) {
-    let pinned = OciSource::is_pinned(&reference);
-    // A digest reference is immutable: if the cache has it, the registry need not be asked.
-    // A finished driver is restarted by the next `ensure`, so a pinned source parks instead.
-    if pinned && offer_from_cache(&registry, &source, &reference).await {
+    let pinned = OciSource::is_pinned(&oci.reference);
+    // A digest reference is immutable: if this source resolved it before, the registry need
+    // not be asked again. A finished driver is restarted by the next `ensure`, so a pinned
+    // source parks instead.
+    if pinned && offer_from_cache(&registry, &source, &oci).await {
         return std::future::pending().await;
     }
     let mut last_manifest: Option<String> = None;
@@ -207,33 +206,36 @@ async fn drive_oci(
     // busy; each version refused doubles the wait before the next look, up to REFUSED_BACKOFF.
     let mut wait = poll;
     loop {
-        let changed = match oci.resolve(&source, &reference).await {
+        let changed = match client.resolve(&source, &oci).await {
             Ok(resolved) => {
                 registry.clear_fetch_error(&source);
                 (last_manifest.as_ref() != Some(&resolved.manifest)).then_some(resolved)
             }
             Err(error) => {
                 if registry.get(&source).current.is_none() {
-                    offer_from_cache(&registry, &source, &reference).await;
+                    offer_from_cache(&registry, &source, &oci).await;
                 }
                 registry.record_failure(&source, error);
                 None
             }
         };
         if changed.is_some() {
-            match oci.fetch(&source, &reference).await {
+            match client.fetch(&source, &oci).await {
                 Ok((resolved, fetched)) => {
                     let digest = fetched.digest.clone();
                     last_manifest = Some(resolved.manifest);
                     if offer(&registry, &source, fetched).await {
                         wait = poll;
                         if let Some(cache) = registry.cache() {
-                            cache.remember_ref(&reference, &digest);
+                            cache.remember_ref(&oci.cache_key(), &digest);
                         }
                     } else {
                         wait = (wait * 2).min(REFUSED_BACKOFF.max(poll));
                     }
                 }
+                // Not remembered as seen: the signature may be added later, and the next poll
+                // reads it again. That costs two small manifest reads, as a poll does (the
+                // component is read only once a signature holds), so the wait is not raised.
                 Err(error) => registry.record_failure(&source, error),
             }
         }

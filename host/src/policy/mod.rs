@@ -23,7 +23,10 @@ use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::reconcile::{guard, pod_security::Level};
+use crate::{
+    plugin::source::{OciRules, TrustedKey},
+    reconcile::{guard, pod_security::Level},
+};
 
 /// Namespaces that belong to the cluster: an App there is refused unless a policy names the
 /// namespace explicitly (the host adds its own namespace).
@@ -80,6 +83,41 @@ pub struct PluginPolicySpec {
     /// Whether plugins may come from ConfigMaps in the App's namespace (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_sources: Option<bool>,
+    /// Prefixes of `registry/repository` (as in `registries`) for which Apps without
+    /// `imagePullSecrets` are read with the host's own credentials (`--registry-config`).
+    /// Without it, none: an App reads a private registry only with its own pull secrets, so
+    /// one tenant cannot pull another's private image with the host's rights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub host_credentials: Vec<String>,
+    /// Signatures every OCI plugin must carry: a cosign signature (the `.sig` tag cosign
+    /// pushes beside the image) by one of these keys, over the manifest's digest. An unsigned
+    /// or otherwise signed version is refused (`SignatureInvalid`) and the last good one stays
+    /// in service; ConfigMap and file sources are refused (they carry no signature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
+}
+
+/// The keys plugins must be signed with.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// Public keys, any one of which suffices.
+    #[schemars(length(min = 1, max = 16))]
+    pub keys: Vec<VerifyKey>,
+}
+
+/// One public key plugins may be signed with.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyKey {
+    /// A name for messages, e.g. `release`.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The PEM public key, as `cosign generate-key-pair` writes `cosign.pub` (ECDSA P-256 or
+    /// P-384, Ed25519, RSA).
+    #[schemars(length(min = 1, max = 16384))]
+    pub public_key: String,
 }
 
 /// A kind beyond the built-in ones that plans may hold.
@@ -292,7 +330,34 @@ impl PluginPolicySpec {
                 .collect(),
             registries: self.registries.clone(),
             config_map_sources: self.config_map_sources.unwrap_or(true),
+            oci: OciRules {
+                host_credentials: self.host_credentials.clone(),
+                // A key that does not parse stays in the set and verifies nothing (and is
+                // reported in the policy's status): a typo must not turn verification off.
+                keys: self
+                    .verify
+                    .iter()
+                    .flat_map(|v| &v.keys)
+                    .map(|k| TrustedKey {
+                        name: k.name.clone(),
+                        pem: k.public_key.clone(),
+                    })
+                    .collect(),
+            },
         }
+    }
+
+    /// Why entries of `verify.keys` are unusable, one line each.
+    pub fn refused_keys(&self) -> Vec<String> {
+        self.verify
+            .iter()
+            .flat_map(|v| v.keys.iter().enumerate())
+            .filter_map(|(i, k)| {
+                crate::plugin::source::oci::verify::parse_key(&k.public_key)
+                    .err()
+                    .map(|e| format!("verify.keys[{i}] ({}): {e}", k.name))
+            })
+            .collect()
     }
 
     /// Why entries of `extraKinds` are refused, one line each.

@@ -269,6 +269,7 @@ pub fn status_of<'a>(
         .as_ref()
         .and_then(|s| selector::matches(s, &BTreeMap::new()).err());
     let refused = policy.spec.refused_kinds();
+    let bad_keys = policy.spec.refused_keys();
     let valid = match &invalid {
         Some(err) => condition(
             previous,
@@ -276,6 +277,15 @@ pub fn status_of<'a>(
             false,
             "InvalidSelector",
             format!("spec.namespaceSelector.{err}: it selects no namespace"),
+        ),
+        // Fails closed: a key that does not parse verifies nothing, so plugins that only it
+        // signed are refused until it is fixed.
+        None if !bad_keys.is_empty() => condition(
+            previous,
+            "Valid",
+            false,
+            "KeyInvalid",
+            format!("spec.{}", bad_keys.join("; spec.")),
         ),
         None if !refused.is_empty() => condition(
             previous,

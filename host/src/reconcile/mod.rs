@@ -263,8 +263,8 @@ async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, E
             return finish(app, ctx, api, &previous, None, outcome).await;
         }
     };
-    let source = match SourceRef::from_spec(&app.namespace().unwrap_or_default(), &app.spec.plugin)
-    {
+    let namespace = app.namespace().unwrap_or_default();
+    let source = match SourceRef::from_spec(&namespace, &app.spec.plugin, &policy.rules.oci) {
         Ok(source) => source,
         Err(message) => {
             let conditions = vec![Cond::new("PluginReady", false, "InvalidSource", message)];
@@ -849,7 +849,7 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         .collect();
     // A refused namespace never loaded the App's plugin, and deleting the App must not load it
     // either; a namespace not resolved yet is waited for.
-    match governing(ctx, &namespace) {
+    let policy = match governing(ctx, &namespace) {
         None => return Ok(Action::requeue(POLICY_WAIT)),
         Some(Err(reason)) => {
             let message = format!(
@@ -859,9 +859,9 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
             publish(ctx, app, EventType::Normal, "Finalized", &message).await;
             return Ok(Action::await_change());
         }
-        Some(Ok(_)) => {}
-    }
-    let source = SourceRef::from_spec(&namespace, &app.spec.plugin).ok();
+        Some(Ok(policy)) => policy,
+    };
+    let source = SourceRef::from_spec(&namespace, &app.spec.plugin, &policy.rules.oci).ok();
     let state = source.as_ref().map(|s| {
         // After a restart the registry is empty: load the plugin before deciding anything.
         ctx.sources.ensure(s);

@@ -15,8 +15,8 @@ pub mod oci;
 /// loaded plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceRef {
-    /// An OCI reference, as written (`registry/repo:tag` or `registry/repo@sha256:...`).
-    Oci(String),
+    /// An OCI reference, with whose credentials it is read and whose keys must have signed it.
+    Oci(OciRef),
     /// A key in a ConfigMap's `binaryData`.
     ConfigMap {
         /// Namespace of the ConfigMap (the App's).
@@ -30,11 +30,134 @@ pub enum SourceRef {
     File(PathBuf),
 }
 
+/// An OCI plugin reference and everything that decides what reading it yields. Two Apps share
+/// a loaded plugin only if all of it is equal: an App never gets a version that its own
+/// credentials did not resolve, or that its own policy's keys did not verify.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OciRef {
+    /// As written (`registry/repo:tag` or `registry/repo@sha256:...`).
+    pub reference: String,
+    /// Whose credentials the registry is asked with.
+    pub access: Access,
+    /// Cosign keys one of which must have signed the manifest; empty: no signature needed.
+    pub keys: Vec<TrustedKey>,
+}
+
+/// Whose credentials an OCI source is read with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    /// None.
+    Anonymous,
+    /// The host's own (`--registry-config`), for registries the App's policy shares them for
+    /// (`spec.hostCredentials`), and for a person's `wasmop plugin` commands.
+    Host,
+    /// The App's `spec.plugin.imagePullSecrets`, read from its namespace as the kubelet reads a
+    /// Pod's: the first that has an entry for the registry is used.
+    PullSecrets {
+        /// The App's namespace.
+        namespace: String,
+        /// The Secrets' names, in the App's order.
+        names: Vec<String>,
+    },
+}
+
+/// A public key a policy trusts to sign plugins.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TrustedKey {
+    /// The key's name in the policy, for messages.
+    pub name: String,
+    /// The PEM-encoded public key, as `cosign generate-key-pair` writes `cosign.pub`.
+    pub pem: String,
+}
+
+impl OciRef {
+    /// `reference` read anonymously, with no signature required.
+    pub fn anonymous(reference: impl Into<String>) -> Self {
+        Self {
+            reference: reference.into(),
+            access: Access::Anonymous,
+            keys: Vec::new(),
+        }
+    }
+
+    /// `reference` read with the host's own credentials, with no signature required: what a
+    /// person's `wasmop plugin` command does.
+    pub fn with_host_credentials(reference: impl Into<String>) -> Self {
+        Self {
+            access: Access::Host,
+            ..Self::anonymous(reference)
+        }
+    }
+
+    /// The key under which the on-disk cache remembers what this source last resolved to:
+    /// every part of the source, so that a digest resolved with one tenant's credentials, or
+    /// verified with one policy's keys, is never served to another from the cache.
+    pub fn cache_key(&self) -> String {
+        let mut key = format!("{}\n{:?}", self.reference, self.access);
+        for k in &self.keys {
+            key.push_str(&format!("\n{}={}", k.name, k.pem));
+        }
+        key
+    }
+}
+
+impl fmt::Display for OciRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.reference)?;
+        if let Access::PullSecrets { names, .. } = &self.access {
+            write!(f, " (pull secrets {})", names.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// How an App's OCI plugin is read under its namespace's policy: with its pull secrets if it
+/// names any, else with the host's credentials if the policy shares them for the registry,
+/// else anonymously; signed by one of the policy's keys if it lists any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OciRules {
+    /// Prefixes of `registry/repository` for which the host's credentials are used.
+    pub host_credentials: Vec<String>,
+    /// Keys one of which must have signed every OCI plugin.
+    pub keys: Vec<TrustedKey>,
+}
+
 impl SourceRef {
-    /// The source an App's `spec.plugin` names, in the App's `namespace`.
-    pub fn from_spec(namespace: &str, plugin: &PluginSource) -> Result<Self, String> {
+    /// The source an App's `spec.plugin` names, in the App's `namespace`, under `rules`.
+    pub fn from_spec(
+        namespace: &str,
+        plugin: &PluginSource,
+        rules: &OciRules,
+    ) -> Result<Self, String> {
         match (&plugin.image, &plugin.config_map, &plugin.file) {
-            (Some(image), None, None) => Ok(Self::Oci(image.trim().to_string())),
+            (Some(image), None, None) => {
+                let reference = image.trim().to_string();
+                let names: Vec<String> = plugin
+                    .image_pull_secrets
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .collect();
+                let access = if !names.is_empty() {
+                    Access::PullSecrets {
+                        namespace: namespace.to_string(),
+                        names,
+                    }
+                } else if let Some(repository) = repository_of(&reference)
+                    && rules
+                        .host_credentials
+                        .iter()
+                        .any(|prefix| is_under(&repository, prefix))
+                {
+                    Access::Host
+                } else {
+                    Access::Anonymous
+                };
+                Ok(Self::Oci(OciRef {
+                    reference,
+                    access,
+                    keys: rules.keys.clone(),
+                }))
+            }
             (None, Some(cm), None) => Ok(Self::ConfigMap {
                 namespace: namespace.to_string(),
                 name: cm.name.clone(),
@@ -46,10 +169,21 @@ impl SourceRef {
     }
 }
 
+impl SourceRef {
+    /// Where the plugin is, without whose credentials or keys: equal for every App that names
+    /// the same image, ConfigMap or file.
+    pub fn location(&self) -> SourceRef {
+        match self {
+            Self::Oci(oci) => Self::Oci(OciRef::anonymous(oci.reference.clone())),
+            other => other.clone(),
+        }
+    }
+}
+
 impl fmt::Display for SourceRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Oci(reference) => write!(f, "{reference}"),
+            Self::Oci(oci) => write!(f, "{oci}"),
             Self::ConfigMap {
                 namespace,
                 name,
@@ -86,9 +220,114 @@ impl Fetched {
     }
 }
 
+/// `registry/repository` of an OCI reference, if it parses.
+pub fn repository_of(reference: &str) -> Option<String> {
+    let parsed: oci_client::Reference = reference.parse().ok()?;
+    Some(format!("{}/{}", parsed.registry(), parsed.repository()))
+}
+
+/// Whether `repository` is `prefix` or below it on a path boundary (`ghcr.io/acme` covers
+/// `ghcr.io/acme/cache`, not `ghcr.io/acme-evil`).
+pub fn is_under(repository: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    repository == prefix
+        || repository
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
 pub(crate) fn fetch_error(source: &SourceRef, message: impl Into<String>) -> LoadError {
     LoadError::Fetch {
         source_ref: source.to_string(),
         message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::PullSecretRef;
+
+    fn image(reference: &str, secrets: &[&str]) -> PluginSource {
+        PluginSource {
+            image: Some(reference.into()),
+            image_pull_secrets: secrets
+                .iter()
+                .map(|s| PullSecretRef {
+                    name: s.to_string(),
+                })
+                .collect(),
+            config_map: None,
+            file: None,
+        }
+    }
+
+    fn access(plugin: &PluginSource, rules: &OciRules) -> Access {
+        match SourceRef::from_spec("team-a", plugin, rules) {
+            Ok(SourceRef::Oci(oci)) => oci.access,
+            other => panic!("not an OCI source: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn credentials_are_the_apps_own_or_shared_by_policy_or_none() {
+        let shared = OciRules {
+            host_credentials: vec!["ghcr.io/acme".into()],
+            keys: Vec::new(),
+        };
+        // Pull secrets win, and are read in the App's namespace.
+        assert_eq!(
+            access(&image("ghcr.io/acme/db:1", &["pull"]), &shared),
+            Access::PullSecrets {
+                namespace: "team-a".into(),
+                names: vec!["pull".into()]
+            }
+        );
+        assert_eq!(
+            access(&image("ghcr.io/acme/db:1", &[]), &shared),
+            Access::Host
+        );
+        // Not under a shared prefix (path boundaries), or no policy sharing: anonymous.
+        assert_eq!(
+            access(&image("ghcr.io/acme-evil/db:1", &[]), &shared),
+            Access::Anonymous
+        );
+        assert_eq!(
+            access(&image("ghcr.io/acme/db:1", &[]), &OciRules::default()),
+            Access::Anonymous
+        );
+    }
+
+    #[test]
+    fn sources_differing_in_credentials_or_keys_are_not_shared() {
+        let plugin = image("ghcr.io/acme/db:1", &[]);
+        let anonymous = SourceRef::from_spec("a", &plugin, &OciRules::default()).expect("valid");
+        let shared = OciRules {
+            host_credentials: vec!["ghcr.io".into()],
+            keys: Vec::new(),
+        };
+        let host = SourceRef::from_spec("a", &plugin, &shared).expect("valid");
+        let signed = OciRules {
+            keys: vec![TrustedKey {
+                name: "release".into(),
+                pem: "PEM".into(),
+            }],
+            ..OciRules::default()
+        };
+        let verified = SourceRef::from_spec("a", &plugin, &signed).expect("valid");
+        assert_ne!(anonymous, host);
+        assert_ne!(anonymous, verified);
+        assert_eq!(anonymous.location(), host.location());
+        let (SourceRef::Oci(a), SourceRef::Oci(h), SourceRef::Oci(v)) =
+            (&anonymous, &host, &verified)
+        else {
+            panic!("OCI sources");
+        };
+        assert_ne!(a.cache_key(), h.cache_key());
+        assert_ne!(a.cache_key(), v.cache_key());
+        // Pull secrets are per namespace: the same names elsewhere are another source.
+        let in_a = SourceRef::from_spec("a", &image("x.io/p:1", &["s"]), &OciRules::default());
+        let in_b = SourceRef::from_spec("b", &image("x.io/p:1", &["s"]), &OciRules::default());
+        assert_ne!(in_a, in_b);
     }
 }

@@ -16,7 +16,10 @@ use std::{borrow::Cow, collections::BTreeSet};
 use serde_json::Value;
 
 use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
-use crate::plugin::object::PluginObject;
+use crate::plugin::{
+    object::PluginObject,
+    source::{OciRules, SourceRef, is_under, repository_of},
+};
 
 /// What plugins may create in a namespace. [`Policy::default`] is the built-in default:
 /// `restricted`, no Secrets, ClusterIP Services only.
@@ -34,21 +37,20 @@ pub struct Policy {
     pub registries: Option<Vec<String>>,
     /// Whether plugins may come from ConfigMaps in the App's namespace.
     pub config_map_sources: bool,
+    /// Whose credentials OCI plugins are read with, and whose signatures they need.
+    pub oci: OciRules,
 }
 
 impl Policy {
     /// Whether an App may load its plugin from `source`, or why not.
-    pub fn allows_source(&self, source: &crate::plugin::source::SourceRef) -> Result<(), String> {
-        use crate::plugin::source::SourceRef;
+    pub fn allows_source(&self, source: &SourceRef) -> Result<(), String> {
         match source {
-            SourceRef::Oci(reference) => {
+            SourceRef::Oci(oci) => {
                 let Some(prefixes) = &self.registries else {
                     return Ok(());
                 };
-                let parsed: oci_client::Reference = reference
-                    .parse()
-                    .map_err(|err| format!("invalid OCI reference {reference:?}: {err}"))?;
-                let repository = format!("{}/{}", parsed.registry(), parsed.repository());
+                let repository = repository_of(&oci.reference)
+                    .ok_or_else(|| format!("invalid OCI reference {:?}", oci.reference))?;
                 if prefixes.iter().any(|p| is_under(&repository, p)) {
                     Ok(())
                 } else {
@@ -58,6 +60,12 @@ impl Policy {
                     ))
                 }
             }
+            // Only OCI artifacts carry signatures.
+            SourceRef::ConfigMap { .. } | SourceRef::File(_) if !self.oci.keys.is_empty() => Err(
+                "the policy requires plugins signed by one of its keys (spec.verify), \
+                     and only OCI images carry signatures"
+                    .into(),
+            ),
             SourceRef::ConfigMap { .. } if !self.config_map_sources => {
                 Err("the policy does not allow plugins from ConfigMaps".into())
             }
@@ -85,6 +93,7 @@ impl Default for Policy {
             extra_kinds: Vec::new(),
             registries: None,
             config_map_sources: true,
+            oci: OciRules::default(),
         }
     }
 }
@@ -464,14 +473,6 @@ pub fn check(
 
 /// Whether `repository` (`registry/path`) is `prefix` or below it, on a path boundary:
 /// `ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil/cache`.
-fn is_under(repository: &str, prefix: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    repository == prefix
-        || repository
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
 fn is_dns_subdomain(name: &str) -> bool {
     (1..=253).contains(&name.len())
         && name.split('.').all(|part| {
@@ -787,7 +788,7 @@ mod tests {
 
     #[test]
     fn sources_are_held_to_the_policy_registries_on_path_boundaries() {
-        use crate::plugin::source::SourceRef;
+        use crate::plugin::source::OciRef;
         let policy = Policy {
             registries: Some(vec![
                 "ghcr.io/acme".into(),
@@ -796,7 +797,7 @@ mod tests {
             config_map_sources: false,
             ..Policy::default()
         };
-        let oci = |r: &str| SourceRef::Oci(r.into());
+        let oci = |r: &str| SourceRef::Oci(OciRef::anonymous(r));
         assert!(policy.allows_source(&oci("ghcr.io/acme/cache:1")).is_ok());
         assert!(policy.allows_source(&oci("ghcr.io/acme/team/db@sha256:0000000000000000000000000000000000000000000000000000000000000000")).is_ok());
         assert!(
@@ -824,6 +825,20 @@ mod tests {
                 .allows_source(&oci("anything.example/x:1"))
                 .is_ok()
         );
+        // A policy that wants signatures takes only what can carry one.
+        let signed = Policy {
+            oci: OciRules {
+                keys: vec![crate::plugin::source::TrustedKey {
+                    name: "release".into(),
+                    pem: String::new(),
+                }],
+                ..OciRules::default()
+            },
+            ..Policy::default()
+        };
+        let err = signed.allows_source(&cm).expect_err("unsigned by nature");
+        assert!(err.contains("spec.verify"), "{err}");
+        assert!(signed.allows_source(&oci("ghcr.io/acme/x:1")).is_ok());
     }
 
     /// A policy adding `kinds` (`(group, version, kind, plural)`).

@@ -2,16 +2,24 @@
 //! `application/vnd.wasm.config.v0+json`, one layer `application/wasm`).
 //!
 //! Tags resolve to manifest digests, which `plugin::watch` polls; digest references are
-//! immutable and never polled. The layer is verified against its descriptor's digest. Plain
-//! HTTP is used only for loopback registries or those named with `--insecure-registry`.
-//! Credentials come from a docker `config.json` (for instance a mounted pull secret).
+//! immutable and never polled. The layer is verified against its descriptor's digest, and,
+//! where the App's policy lists keys, the manifest against its cosign signatures ([`verify`])
+//! before the layer is read. Plain HTTP is used only for loopback registries or those named
+//! with `--insecure-registry`.
+//!
+//! Credentials, by the source's [`Access`]: the App's `imagePullSecrets`, read from its
+//! namespace at each resolve; the host's own docker `config.json` (`--registry-config`) only
+//! where the App's policy shares it; otherwise none.
 //!
 //! Reading goes through [`pull`], the host's own bounded client; pushing (a person's command)
 //! through `oci-client`.
 
 pub mod pull;
+pub mod verify;
 
 use std::{collections::HashMap, net::IpAddr, path::Path, sync::Mutex, time::Duration};
+
+use k8s_openapi::api::core::v1::Secret;
 
 use base64::Engine as _;
 use oci_client::{
@@ -20,8 +28,11 @@ use oci_client::{
     secrets::RegistryAuth,
 };
 
-use self::pull::{BlobError, PullLimits, Puller, Target, excerpt};
-use super::{Fetched, SourceRef, fetch_error};
+use self::{
+    pull::{BlobError, Descriptor, PullLimits, Puller, Target, excerpt},
+    verify::SignatureLayer,
+};
+use super::{Access, Fetched, OciRef, SourceRef, fetch_error};
 use crate::plugin::{Digest, LoadError, limits::MAX_COMPONENT_BYTES};
 
 /// Media type of the config blob of a Wasm artifact.
@@ -32,6 +43,8 @@ pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// Talks to OCI registries on behalf of plugin sources.
 pub struct OciSource {
     credentials: HashMap<String, (String, String)>,
+    /// Reads Apps' pull secrets; without one, a source with pull secrets fails to fetch.
+    kube: Option<kube::Client>,
     insecure: Vec<String>,
     puller: Puller,
     /// Push clients, by registry.
@@ -71,14 +84,82 @@ impl OciSource {
         };
         Ok(Self {
             credentials,
+            kube: None,
             insecure,
             puller: Puller::new(limits).map_err(|err| anyhow::anyhow!(err))?,
             clients: Mutex::new(HashMap::new()),
         })
     }
 
-    /// How the puller addresses `reference`'s registry and repository.
-    fn target(&self, source: &SourceRef, reference: &Reference) -> Result<Target, LoadError> {
+    /// This source, reading Apps' `imagePullSecrets` with `client`.
+    pub fn with_client(mut self, client: kube::Client) -> Self {
+        self.kube = Some(client);
+        self
+    }
+
+    /// The credentials `access` gives for `registry` (`host[:port]`).
+    async fn credentials(
+        &self,
+        source: &SourceRef,
+        access: &Access,
+        registry: &str,
+    ) -> Result<Option<(String, String)>, LoadError> {
+        let (namespace, names) = match access {
+            Access::Anonymous => return Ok(None),
+            Access::Host => return Ok(self.credentials.get(registry).cloned()),
+            Access::PullSecrets { namespace, names } => (namespace, names),
+        };
+        let Some(client) = &self.kube else {
+            return Err(fetch_error(
+                source,
+                "imagePullSecrets need a Kubernetes client",
+            ));
+        };
+        let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+        for name in names {
+            let secret = match api.get_opt(name).await {
+                Ok(Some(secret)) => secret,
+                Ok(None) => {
+                    return Err(fetch_error(
+                        source,
+                        format!("imagePullSecret {namespace}/{name} does not exist"),
+                    ));
+                }
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    return Err(fetch_error(
+                        source,
+                        format!(
+                            "the host may not read imagePullSecret {namespace}/{name}: the \
+                             namespace's admin grants it by binding the ClusterRole \
+                             wasmop-pull-secrets to the host's ServiceAccount in {namespace}"
+                        ),
+                    ));
+                }
+                Err(err) => {
+                    return Err(fetch_error(
+                        source,
+                        format!("reading imagePullSecret {namespace}/{name}: {err}"),
+                    ));
+                }
+            };
+            let found = pull_secret_credentials(&secret, registry).map_err(|err| {
+                fetch_error(source, format!("imagePullSecret {namespace}/{name}: {err}"))
+            })?;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        // As the kubelet does: no secret names this registry, so it is asked anonymously.
+        Ok(None)
+    }
+
+    /// How the puller addresses `reference`'s registry and repository for `oci`.
+    async fn target(
+        &self,
+        source: &SourceRef,
+        oci: &OciRef,
+        reference: &Reference,
+    ) -> Result<Target, LoadError> {
         let registry = reference.resolve_registry();
         let scheme = if self.allows_plain_http(registry) {
             "http"
@@ -94,7 +175,7 @@ impl OciSource {
         Ok(Target {
             base,
             repository: reference.repository().to_string(),
-            credentials: self.credentials.get(registry).cloned(),
+            credentials: self.credentials(source, &oci.access, registry).await?,
         })
     }
 
@@ -159,13 +240,10 @@ impl OciSource {
     }
 
     /// Asks the registry which manifest `reference` points at now.
-    pub async fn resolve(
-        &self,
-        source: &SourceRef,
-        reference: &str,
-    ) -> Result<Resolved, LoadError> {
+    pub async fn resolve(&self, source: &SourceRef, oci: &OciRef) -> Result<Resolved, LoadError> {
+        let reference = oci.reference.as_str();
         let parsed = Self::parse(source, reference)?;
-        let target = self.target(source, &parsed)?;
+        let target = self.target(source, oci, &parsed).await?;
         let digest = self
             .puller
             .resolve(&target, &Self::tag_or_digest(&parsed))
@@ -176,14 +254,16 @@ impl OciSource {
         })
     }
 
-    /// Pulls the component `reference` points at and verifies its digest.
+    /// Pulls the component `oci` points at, verifying its signature (where `oci` lists keys)
+    /// before reading it, and its digest after.
     pub async fn fetch(
         &self,
         source: &SourceRef,
-        reference: &str,
+        oci: &OciRef,
     ) -> Result<(Resolved, Fetched), LoadError> {
+        let reference = oci.reference.as_str();
         let parsed = Self::parse(source, reference)?;
-        let target = self.target(source, &parsed)?;
+        let target = self.target(source, oci, &parsed).await?;
         let failed = |err: String| fetch_error(source, format!("pulling {reference}: {err}"));
         let (manifest, manifest_digest) = self
             .puller
@@ -221,6 +301,10 @@ impl OciSource {
                 ),
             });
         };
+        if !oci.keys.is_empty() {
+            let signer = self.verify(source, oci, &target, &manifest_digest).await?;
+            tracing::debug!(source = %source, manifest = %manifest_digest, key = %signer, "signature verified");
+        }
         // Fetched from the manifest's own digest, so that what was resolved is what is read.
         let bytes = self
             .puller
@@ -244,6 +328,58 @@ impl OciSource {
             },
             Fetched::new(bytes),
         ))
+    }
+
+    /// Which of `oci`'s keys signed `manifest`, from the signatures cosign stored beside it.
+    async fn verify(
+        &self,
+        source: &SourceRef,
+        oci: &OciRef,
+        target: &Target,
+        manifest: &crate::plugin::Digest,
+    ) -> Result<String, LoadError> {
+        let refused = |reason: String| LoadError::SignatureInvalid {
+            source_ref: source.to_string(),
+            reason,
+        };
+        let tag = verify::signature_tag(manifest);
+        let failed = |err: String| {
+            fetch_error(
+                source,
+                format!("reading the signatures of {}: {err}", oci.reference),
+            )
+        };
+        let layers = match self
+            .puller
+            .manifest_if_tagged(target, &tag)
+            .await
+            .map_err(failed)?
+        {
+            None => Vec::new(),
+            Some((signatures, _)) => {
+                let candidates: Vec<&Descriptor> = signatures
+                    .layers
+                    .iter()
+                    .filter(|l| l.media_type == verify::SIGNATURE_MEDIA_TYPE)
+                    .filter(|l| l.annotations.contains_key(verify::SIGNATURE_ANNOTATION))
+                    .take(verify::MAX_SIGNATURES)
+                    .collect();
+                let mut layers = Vec::with_capacity(candidates.len());
+                for descriptor in candidates {
+                    let payload = self
+                        .puller
+                        .blob(target, descriptor, verify::MAX_PAYLOAD_BYTES)
+                        .await
+                        .map_err(|err| failed(err.to_string()))?;
+                    layers.push(SignatureLayer {
+                        payload,
+                        signature: descriptor.annotations[verify::SIGNATURE_ANNOTATION].clone(),
+                    });
+                }
+                layers
+            }
+        };
+        verify::check(&oci.keys, manifest, &layers).map_err(refused)
     }
 
     /// Pushes `component` to `reference` as a Wasm artifact and returns the manifest digest.
@@ -289,6 +425,34 @@ fn is_loopback(registry: &str) -> bool {
         registry.rsplit_once(':').map_or(registry, |(host, _)| host)
     };
     host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The credentials a pull secret holds for `registry`: a `kubernetes.io/dockerconfigjson`
+/// Secret (`.dockerconfigjson`, a docker `config.json`) or a `kubernetes.io/dockercfg` one
+/// (`.dockercfg`, its `auths` alone).
+fn pull_secret_credentials(
+    secret: &Secret,
+    registry: &str,
+) -> Result<Option<(String, String)>, String> {
+    let data = secret.data.as_ref();
+    let field = |key: &str| data.and_then(|d| d.get(key)).map(|b| b.0.as_slice());
+    let text = match secret.type_.as_deref() {
+        Some("kubernetes.io/dockerconfigjson") => {
+            let bytes = field(".dockerconfigjson").ok_or("has no .dockerconfigjson")?;
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+        Some("kubernetes.io/dockercfg") => {
+            let bytes = field(".dockercfg").ok_or("has no .dockercfg")?;
+            format!(r#"{{"auths": {}}}"#, String::from_utf8_lossy(bytes))
+        }
+        other => {
+            return Err(format!(
+                "is of type {}, not kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg",
+                other.unwrap_or("Opaque")
+            ));
+        }
+    };
+    Ok(parse_docker_config(&text)?.remove(registry))
 }
 
 /// Reads `auths` of a docker `config.json`: `auth` (base64 `user:password`) or
@@ -392,5 +556,44 @@ mod tests {
         let digest = format!("127.0.0.1:15000/p@sha256:{}", "a".repeat(64));
         assert!(OciSource::is_pinned(&digest));
         assert!(!OciSource::is_pinned("127.0.0.1:15000/p:1.0"));
+    }
+
+    fn secret(type_: &str, key: &str, value: &str) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pull"},
+            "type": type_,
+            "data": {key: base64::engine::general_purpose::STANDARD.encode(value)},
+        }))
+        .expect("a Secret")
+    }
+
+    #[test]
+    fn pull_secrets_of_both_docker_types_give_their_registrys_credentials() {
+        let json = secret(
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            r#"{"auths": {"ghcr.io": {"auth": "dXNlcjpwYXNz"}}}"#,
+        );
+        assert_eq!(
+            pull_secret_credentials(&json, "ghcr.io"),
+            Ok(Some(("user".into(), "pass".into())))
+        );
+        assert_eq!(pull_secret_credentials(&json, "quay.io"), Ok(None));
+        let legacy = secret(
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            r#"{"quay.io": {"username": "u", "password": "p"}}"#,
+        );
+        assert_eq!(
+            pull_secret_credentials(&legacy, "quay.io"),
+            Ok(Some(("u".into(), "p".into())))
+        );
+        let opaque = secret("Opaque", "password", "hunter2");
+        let err = pull_secret_credentials(&opaque, "ghcr.io").expect_err("not a pull secret");
+        assert!(err.contains("of type Opaque"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let empty = secret("kubernetes.io/dockerconfigjson", "other", "{}");
+        let err = pull_secret_credentials(&empty, "ghcr.io").expect_err("no data");
+        assert!(err.contains(".dockerconfigjson"), "{err}");
     }
 }

@@ -84,6 +84,27 @@ pub struct Target {
     pub credentials: Option<(String, String)>,
 }
 
+/// Whose token for what: registry, repository and a fingerprint of the credentials it was
+/// issued for. A token one tenant's credentials obtained is never sent for another's request.
+type TokenKey = (String, String, String);
+
+impl Target {
+    fn token_key(&self) -> TokenKey {
+        let who = match &self.credentials {
+            Some((user, password)) => {
+                use sha2::Digest as _;
+                let mut hash = sha2::Sha256::new();
+                hash.update(user.as_bytes());
+                hash.update([0]);
+                hash.update(password.as_bytes());
+                format!("{:x}", hash.finalize())
+            }
+            None => String::new(),
+        };
+        (self.base.to_string(), self.repository.clone(), who)
+    }
+}
+
 /// The parts of an image manifest the host reads.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -109,6 +130,9 @@ pub struct Descriptor {
     pub digest: String,
     /// Its size in bytes, as the registry declares it.
     pub size: i64,
+    /// Its annotations (a cosign signature layer carries its signature in one).
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a blob was not delivered.
@@ -136,8 +160,8 @@ pub struct Puller {
     limits: PullLimits,
     /// Pulls in flight at once: each may hold a manifest's or a layer's worth of memory.
     slots: tokio::sync::Semaphore,
-    /// Bearer tokens by registry and repository, until they expire.
-    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    /// Bearer tokens by registry, repository and credentials, until they expire.
+    tokens: Mutex<HashMap<TokenKey, (String, Instant)>>,
 }
 
 impl Puller {
@@ -198,6 +222,26 @@ impl Puller {
         .await
     }
 
+    /// The manifest tagged `tag`, or `None` if the registry has no such tag (as for the
+    /// signature tag of an unsigned image).
+    pub async fn manifest_if_tagged(
+        &self,
+        target: &Target,
+        tag: &str,
+    ) -> Result<Option<(Manifest, Digest)>, String> {
+        self.within_total("pulling the manifest", async {
+            let path = format!("/v2/{}/manifests/{tag}", target.repository);
+            match self
+                .send_or_missing(target, Method::GET, &path, "the manifest")
+                .await?
+            {
+                Some(response) => self.parse_manifest(response, tag).await.map(Some),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
     async fn read_manifest(
         &self,
         target: &Target,
@@ -207,6 +251,14 @@ impl Puller {
         let response = self
             .send(target, Method::GET, &path, "the manifest")
             .await?;
+        self.parse_manifest(response, reference).await
+    }
+
+    async fn parse_manifest(
+        &self,
+        response: reqwest::Response,
+        reference: &str,
+    ) -> Result<(Manifest, Digest), String> {
         let body = read_capped(response, self.limits.manifest_bytes, "the manifest").await?;
         let digest = Digest::of(&body);
         if reference.starts_with("sha256:") && digest.as_str() != reference {
@@ -292,12 +344,25 @@ impl Puller {
         path: &str,
         what: &str,
     ) -> Result<reqwest::Response, String> {
+        self.send_or_missing(target, method, path, what)
+            .await?
+            .ok_or_else(|| format!("the registry answered {} for {what}", StatusCode::NOT_FOUND))
+    }
+
+    /// [`Self::send`], with a 404 answered as `None`.
+    async fn send_or_missing(
+        &self,
+        target: &Target,
+        method: Method,
+        path: &str,
+        what: &str,
+    ) -> Result<Option<reqwest::Response>, String> {
         let url = target
             .base
             .join(path)
             .map_err(|err| format!("{what}: {path:?} is not a URL path: {err}"))?;
         check_address(&url).map_err(|reason| format!("{what}: {reason}"))?;
-        let key = (target.base.to_string(), target.repository.clone());
+        let key = target.token_key();
         let request = |auth: Option<&Auth>| {
             let request = self
                 .http
@@ -351,14 +416,17 @@ impl Puller {
             response
         };
         let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
         if !status.is_success() {
             // The body is the registry's to fill; it is not read, let alone repeated.
             return Err(format!("the registry answered {status} for {what}"));
         }
-        Ok(response)
+        Ok(Some(response))
     }
 
-    fn token(&self, key: &(String, String)) -> Option<String> {
+    fn token(&self, key: &TokenKey) -> Option<String> {
         let tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
         tokens
             .get(key)
@@ -370,7 +438,7 @@ impl Puller {
     async fn fetch_token(
         &self,
         target: &Target,
-        key: &(String, String),
+        key: &TokenKey,
         realm: &str,
         service: Option<&str>,
     ) -> Result<String, String> {
