@@ -148,6 +148,13 @@ pub struct RunArgs {
     #[arg(long, env = "WASMOP_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
+    /// A file holding the install's cache key (32 bytes or more, e.g. a mounted Secret's
+    /// `openssl rand -hex 32`): compiled plugins are reused across restarts only if their HMAC
+    /// under it holds. Without the file, each process makes its own key and a restart
+    /// recompiles.
+    #[arg(long, env = "WASMOP_CACHE_KEY_FILE")]
+    pub cache_key_file: Option<PathBuf>,
+
     /// Most the plugin cache may hold on disk; past it the least recently used entries go.
     #[arg(long, env = "WASMOP_CACHE_MAX_BYTES", default_value = "512Mi", value_parser = parse_bytes)]
     pub cache_max_bytes: u64,

@@ -14,7 +14,7 @@ use crate::{
     leader::LeaderElector,
     plugin::{
         budget::MemoryBudget,
-        cache::Cache,
+        cache::{Cache, CacheKey},
         compiler::{CompileLimits, Compiler},
         engine::PluginEngine,
         metrics::PluginMetrics,
@@ -50,8 +50,20 @@ impl PluginRuntime {
         let engine = PluginEngine::with_compiler(budget, compiler)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
-        let cache = Cache::bounded(&dir, args.cache_max_bytes)
+        let mut cache = Cache::bounded(&dir, args.cache_max_bytes)
             .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
+        let key = match &args.cache_key_file {
+            Some(path) => CacheKey::from_file(path)
+                .with_context(|| format!("reading the cache key {}", path.display()))?,
+            None => None,
+        };
+        match key {
+            Some(key) => cache = cache.with_key(key),
+            None => info!(
+                "no cache key file (--cache-key-file): compiled plugins are authenticated with a \
+                 key of this process's own, so a restart recompiles them"
+            ),
+        }
         info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
         let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));
         let oci = OciSource::new(

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use support::component;
 use wasmop_host::plugin::{
     CallError, Capability, Digest, LoadError,
-    cache::Cache,
+    cache::{Cache, CacheKey},
     compile::CompiledPlugin,
     engine::PluginEngine,
     input::AppContext,
@@ -385,9 +385,40 @@ fn compiled_artifacts_are_cached_by_digest_and_engine() {
     let middle = corrupted.len() / 2;
     corrupted[middle] ^= 0xff;
     std::fs::write(&artifact, corrupted).expect("corrupt it");
-    let again = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest)
+    let again = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())
         .expect("recompiles");
     assert!(!again.from_cache, "a corrupted artifact must not be used");
+    let warm = CompiledPlugin::prepare(&engine, Some(&cache), "kvstore", &bytes, digest.clone())
+        .expect("loads");
+    assert!(warm.from_cache, "the recompiled artifact is cached again");
+
+    // Genuine artifacts are bound to their place and to the install's key: kvstore's artifact
+    // (with its tag) moved to stand for hello is refused, and another key loads nothing.
+    let hello = component("hello.wasm");
+    let hello_digest = Digest::of(&hello);
+    let hello_path = artifact.with_file_name(format!("{}.cwasm", hello_digest.hex()));
+    std::fs::copy(&artifact, &hello_path).expect("moved");
+    std::fs::copy(
+        artifact.with_extension("cwasm.hmac"),
+        hello_path.with_extension("cwasm.hmac"),
+    )
+    .expect("moved its tag");
+    let moved = CompiledPlugin::prepare(&engine, Some(&cache), "hello", &hello, hello_digest)
+        .expect("compiles hello itself");
+    assert!(
+        !moved.from_cache,
+        "an artifact moved to another digest was used"
+    );
+    assert_eq!(moved.metadata.name, "hello");
+    let other = Cache::open(&dir)
+        .expect("cache dir")
+        .with_key(CacheKey::new(&[9; 32]).expect("a key"));
+    let foreign = CompiledPlugin::prepare(&engine, Some(&other), "kvstore", &bytes, digest)
+        .expect("recompiles");
+    assert!(
+        !foreign.from_cache,
+        "an artifact tagged with another key was used"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

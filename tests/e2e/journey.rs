@@ -83,7 +83,17 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
     pusher.push(&reference, &v1).await?;
     let cache = std::env::temp_dir().join(unique("wasmop-journey-cache"));
     let cache_arg = cache.display().to_string();
-    let args = ["--cache-dir", cache_arg.as_str()];
+    // The install's cache key, as the Deployment mounts it: without one a restart recompiles,
+    // and with the registry down would have nothing to serve.
+    let key = std::env::temp_dir().join(unique("wasmop-journey-key"));
+    std::fs::write(&key, unique("key").repeat(4))?;
+    let key_arg = key.display().to_string();
+    let args = [
+        "--cache-dir",
+        cache_arg.as_str(),
+        "--cache-key-file",
+        key_arg.as_str(),
+    ];
     let mut host = Host::start_with(&local, &ns.name, &args, &format!("{}-1", ns.name)).await?;
     let pid = host.pid();
 
@@ -232,5 +242,6 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
     );
     drop(host);
     let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_file(&key);
     ns.delete().await
 }

@@ -6,12 +6,15 @@
 //!
 //! `Component::deserialize` runs machine code from the artifact without validating it, which is
 //! why it is `unsafe`: a tampered artifact is arbitrary code in the host. This cache only
-//! deserializes files it wrote itself, in a directory the host owns (mode 0700), and checks a
-//! sha256 recorded beside each artifact at write time, so truncation or corruption is caught
-//! and the artifact recompiled. wasmtime itself refuses artifacts built by another wasmtime
-//! version or with other engine settings, and the fingerprint in the path keeps those apart.
-//! Anyone who can write the cache directory can already replace the host binary; the cache
-//! must never be shared with, or filled by, anything else.
+//! deserializes files it wrote itself: regular files (opened with `O_NOFOLLOW`) owned by the
+//! host's user alone, in directories that are its alone (mode 0700), whose HMAC-SHA256 under
+//! the install's [`CacheKey`] matches the tag written beside them. Someone who can write the
+//! cache volume (a shared or persistent volume, another container) but cannot read the key,
+//! which comes from a Secret mounted elsewhere, cannot forge an artifact the host will run; a
+//! truncated or corrupt one is caught the same way and recompiled. The records of what each
+//! source last resolved to carry the same HMAC, so they cannot point one source at another's
+//! component. wasmtime itself refuses artifacts built by another wasmtime version or with
+//! other engine settings, and the fingerprint in the path keeps those apart.
 #![allow(unsafe_code)]
 
 use std::{
@@ -20,6 +23,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aws_lc_rs::hmac;
 use sha2::{Digest as _, Sha256};
 use wasmtime::component::Component;
 
@@ -30,6 +34,95 @@ use super::{Digest, engine::PluginEngine};
 pub struct Cache {
     root: PathBuf,
     max_bytes: u64,
+    key: CacheKey,
+}
+
+/// The secret the cache authenticates what it wrote with: one per install, from a file (a
+/// mounted Secret), or else one per host process, which makes a restart recompile.
+#[derive(Clone)]
+pub struct CacheKey(hmac::Key);
+
+impl std::fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheKey(..)")
+    }
+}
+
+/// The shortest key file accepted: 256 bits, HMAC-SHA256's own strength.
+pub const MIN_KEY_BYTES: usize = 32;
+
+impl CacheKey {
+    /// A key from `bytes` (at least [`MIN_KEY_BYTES`]).
+    pub fn new(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "{} bytes; at least {MIN_KEY_BYTES} are needed (e.g. openssl rand -hex 32)",
+                bytes.len()
+            ));
+        }
+        Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, bytes)))
+    }
+
+    /// The key in `path`, surrounding whitespace aside; `None` if there is no such file (an
+    /// optional Secret that was not created).
+    pub fn from_file(path: &Path) -> io::Result<Option<Self>> {
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let text = bytes.trim_ascii();
+        Self::new(text)
+            .map(Some)
+            .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))
+    }
+
+    /// This process's own random key, the same for every cache it opens.
+    pub fn per_process() -> Self {
+        static KEY: std::sync::OnceLock<CacheKey> = std::sync::OnceLock::new();
+        KEY.get_or_init(|| {
+            let rng = aws_lc_rs::rand::SystemRandom::new();
+            // Fails only without an OS random source, where nothing else would work either.
+            match hmac::Key::generate(hmac::HMAC_SHA256, &rng) {
+                Ok(key) => Self(key),
+                Err(_) => panic!("the operating system gave no random bytes for the cache key"),
+            }
+        })
+        .clone()
+    }
+
+    fn tag(&self, parts: &[&[u8]]) -> String {
+        hex(hmac::sign(&self.0, &framed(parts)).as_ref())
+    }
+
+    /// Whether `tag` (hex) is the HMAC of `parts`, compared in constant time.
+    fn verify(&self, parts: &[&[u8]], tag: &str) -> bool {
+        unhex(tag.trim()).is_some_and(|tag| hmac::verify(&self.0, &framed(parts), &tag).is_ok())
+    }
+}
+
+/// `parts`, each length-prefixed, so that no two different sequences of parts read the same.
+fn framed(parts: &[&[u8]]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(parts.iter().map(|p| p.len() + 8).sum());
+    for part in parts {
+        message.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        message.extend_from_slice(part);
+    }
+    message
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// What the cache may hold on disk unless told otherwise: half the host Deployment's 1Gi
@@ -37,13 +130,15 @@ pub struct Cache {
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
 
 impl Cache {
-    /// Opens (creating) the cache at `root`, holding at most [`DEFAULT_MAX_BYTES`].
+    /// Opens (creating) the cache at `root`, holding at most [`DEFAULT_MAX_BYTES`], with this
+    /// process's key.
     pub fn open(root: impl Into<PathBuf>) -> io::Result<Self> {
         Self::bounded(root, DEFAULT_MAX_BYTES)
     }
 
     /// Opens (creating) the cache at `root`, holding at most `max_bytes`: past that, the
-    /// entries least recently stored or loaded are deleted first.
+    /// entries least recently stored or loaded are deleted first. It uses this process's key
+    /// until [`Self::with_key`] gives the install's.
     pub fn bounded(root: impl Into<PathBuf>, max_bytes: u64) -> io::Result<Self> {
         let root = root.into();
         for dir in ["blobs", "compiled", "refs"] {
@@ -54,7 +149,17 @@ impl Cache {
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&root, fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Self { root, max_bytes })
+        Ok(Self {
+            root,
+            max_bytes,
+            key: CacheKey::per_process(),
+        })
+    }
+
+    /// This cache, authenticating with `key`.
+    pub fn with_key(mut self, key: CacheKey) -> Self {
+        self.key = key;
+        self
     }
 
     /// Deletes the least recently used files (by modification time, which loads refresh) until
@@ -159,8 +264,8 @@ impl Cache {
                     create_private_dir(dir)?;
                 }
                 write_atomic(
-                    &checksum_path(&path),
-                    format!("{:x}", Sha256::digest(&artifact)).as_bytes(),
+                    &mac_path(&path),
+                    self.artifact_tag(&path, &artifact).as_bytes(),
                 )?;
                 write_atomic(&path, &artifact)
             });
@@ -179,14 +284,19 @@ impl Cache {
                 return None;
             }
         };
-        let recorded = String::from_utf8(read_own_file(&checksum_path(&path)).ok()?).ok()?;
-        if recorded.trim() != format!("{:x}", Sha256::digest(&artifact)) {
-            tracing::warn!(path = %path.display(), "compiled plugin does not match its checksum; recompiling");
+        let recorded = read_own_file(&mac_path(&path)).unwrap_or_default();
+        if !self.key.verify(
+            &[self.artifact_name(&path).as_bytes(), &artifact],
+            &String::from_utf8_lossy(&recorded),
+        ) {
+            // Another process's key (no key file: every restart recompiles), corruption, or
+            // someone else's artifact.
+            tracing::info!(path = %path.display(), "compiled plugin not authenticated by this install's cache key; recompiling");
             return None;
         }
         Self::touch(&path);
-        // SAFETY: see the module docs — only artifacts this cache wrote, checksum verified, in a
-        // directory owned by the host, for this exact engine fingerprint.
+        // SAFETY: see the module docs — only artifacts this cache wrote, authenticated with the
+        // install's key, in a directory owned by the host, for this exact engine fingerprint.
         match unsafe { Component::deserialize(engine.engine(), &artifact) } {
             Ok(component) => Some(component),
             Err(err) => {
@@ -194,6 +304,20 @@ impl Cache {
                 None
             }
         }
+    }
+
+    /// What an artifact's tag binds it to: its place (engine fingerprint and digest), so that a
+    /// genuine artifact cannot be moved to stand for another component.
+    fn artifact_name(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn artifact_tag(&self, path: &Path, artifact: &[u8]) -> String {
+        self.key
+            .tag(&[self.artifact_name(path).as_bytes(), artifact])
     }
 
     fn failure_path(&self, engine: &PluginEngine, digest: &Digest) -> PathBuf {
@@ -222,7 +346,11 @@ impl Cache {
 
     /// Records that `reference` resolved to `digest`, for starts while the source is down.
     pub fn remember_ref(&self, reference: &str, digest: &Digest) {
-        let record = serde_json::json!({"reference": reference, "digest": digest.as_str()});
+        let mac = self
+            .key
+            .tag(&[reference.as_bytes(), digest.as_str().as_bytes()]);
+        let record =
+            serde_json::json!({"reference": reference, "digest": digest.as_str(), "mac": mac});
         warn_on_failure(
             "recording a plugin reference",
             write_atomic(&self.ref_path(reference), record.to_string().as_bytes()),
@@ -231,12 +359,20 @@ impl Cache {
 
     /// The digest `reference` last resolved to.
     pub fn recall_ref(&self, reference: &str) -> Option<Digest> {
-        let text = fs::read_to_string(self.ref_path(reference)).ok()?;
-        let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let text = read_own_file(&self.ref_path(reference)).ok()?;
+        let record: serde_json::Value = serde_json::from_slice(&text).ok()?;
         if record.get("reference")?.as_str()? != reference {
             return None;
         }
-        Digest::parse(record.get("digest")?.as_str()?).ok()
+        let digest = record.get("digest")?.as_str()?;
+        let mac = record.get("mac")?.as_str()?;
+        if !self
+            .key
+            .verify(&[reference.as_bytes(), digest.as_bytes()], mac)
+        {
+            return None;
+        }
+        Digest::parse(digest).ok()
     }
 }
 
@@ -281,8 +417,8 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
-fn checksum_path(path: &Path) -> PathBuf {
-    path.with_extension("cwasm.sha256")
+fn mac_path(path: &Path) -> PathBuf {
+    path.with_extension("cwasm.hmac")
 }
 
 /// Writes through a temporary file and a rename, so a crash never leaves a half-written entry
@@ -332,6 +468,30 @@ mod tests {
             .map(|d| cache.load_blob(d).is_some())
             .collect();
         assert_eq!(kept, [true, false, false, false, true], "{kept:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_what_this_installs_key_signed_is_recalled() {
+        let dir = std::env::temp_dir().join(format!("wasmop-cache-key-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let key = CacheKey::new(&[7; 32]).expect("a key");
+        let cache = Cache::open(&dir).expect("a cache").with_key(key.clone());
+        let digest = Digest::of(b"component");
+        cache.remember_ref("ghcr.io/acme/db:1", &digest);
+        assert_eq!(cache.recall_ref("ghcr.io/acme/db:1"), Some(digest.clone()));
+        // Another key (another install, or no key file and a restart) recalls nothing.
+        let other = Cache::open(&dir)
+            .expect("a cache")
+            .with_key(CacheKey::new(&[8; 32]).expect("a key"));
+        assert_eq!(other.recall_ref("ghcr.io/acme/db:1"), None);
+        // A record edited to point elsewhere fails its tag.
+        let path = cache.ref_path("ghcr.io/acme/db:1");
+        let text = fs::read_to_string(&path).expect("the record");
+        let forged = text.replace(digest.hex(), &"0".repeat(64));
+        write_atomic(&path, forged.as_bytes()).expect("rewritten");
+        assert_eq!(cache.recall_ref("ghcr.io/acme/db:1"), None);
+        assert!(CacheKey::new(&[1; 16]).is_err(), "a short key is refused");
         let _ = fs::remove_dir_all(&dir);
     }
 }
