@@ -230,3 +230,173 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
     let _ = std::fs::remove_file(&kubeconfig);
     ns.delete().await
 }
+
+/// `deploy/namespaced/`'s RBAC, renamed for this test (its own ServiceAccount, roles and
+/// namespaces, so that it cannot touch the base install other tests use): rights in the watched
+/// namespace only, and enough for the host watching just that namespace to reconcile an App.
+#[tokio::test]
+async fn the_namespaced_install_grants_rights_only_where_it_watches() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    let overlay = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/namespaced");
+    let out = kubectl(&local)?
+        .args(["apply", "--server-side", "--force-conflicts", "-k", crds])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(&local)?
+        .args(["create", "--dry-run=client", "-o", "json", "-k", overlay])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rendering deploy/namespaced: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One JSON document per object.
+    let rendered: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+
+    let system = TestNamespace::create(&client, "e2e-nsi-system").await?;
+    let watched = TestNamespace::create(&client, "e2e-nsi-watched").await?;
+    let other = TestNamespace::create(&client, "e2e-nsi-other").await?;
+    let suffix = unique("nsi");
+    let renamed = |name: &str| format!("{name}-{suffix}");
+    let namespace_for = |ns: &str| match ns {
+        "wasmop-system" => system.name.clone(),
+        // The overlay's example namespaces: the first is watched here, the second left out.
+        "team-a" => watched.name.clone(),
+        _ => other.name.clone(),
+    };
+    let mut items = Vec::new();
+    for item in &rendered {
+        let kind = item["kind"].as_str().unwrap_or_default();
+        if !matches!(
+            kind,
+            "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+        ) {
+            continue;
+        }
+        let mut item = item.clone();
+        let name = item["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        item["metadata"]["name"] = json!(renamed(&name));
+        if let Some(ns) = item["metadata"]["namespace"].as_str().map(str::to_string) {
+            if ns == "team-b" {
+                continue;
+            }
+            item["metadata"]["namespace"] = json!(namespace_for(&ns));
+        }
+        if let Some(role) = item["roleRef"]["name"].as_str().map(str::to_string) {
+            item["roleRef"]["name"] = json!(renamed(&role));
+        }
+        for subject in item["subjects"].as_array_mut().into_iter().flatten() {
+            let name = subject["name"].as_str().unwrap_or_default().to_string();
+            subject["name"] = json!(renamed(&name));
+            subject["namespace"] = json!(system.name);
+        }
+        items.push(item);
+    }
+    anyhow::ensure!(
+        !items
+            .iter()
+            .any(|i| i["kind"] == "ClusterRoleBinding" && i["roleRef"]["name"] == renamed("wasmop")),
+        "the namespaced overlay still binds the namespaced rights cluster-wide"
+    );
+    let file = std::env::temp_dir().join(format!("{suffix}.json"));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items}))?,
+    )?;
+    let out = kubectl(&local)?.args(["apply", "-f"]).arg(&file).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "applying the namespaced RBAC: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let account = format!(
+        "system:serviceaccount:{}:{}",
+        system.name,
+        renamed("wasmop")
+    );
+    let can = |verb: &str, resource: &str, ns: &str| -> anyhow::Result<bool> {
+        let out = kubectl(&local)?
+            .args(["auth", "can-i", verb, resource, "--as", &account, "-n", ns])
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    };
+    wait_for(
+        "the RoleBinding to take",
+        Duration::from_secs(10),
+        || async { Ok(can("create", "statefulsets.apps", &watched.name)?.then_some(())) },
+    )
+    .await?;
+    let expected = [
+        ("patch", "apps.wasmop.dev", &watched.name, true),
+        ("create", "jobs.batch", &watched.name, true),
+        ("list", "pluginpolicies.wasmop.dev", &watched.name, true),
+        ("list", "namespaces", &watched.name, true),
+        ("create", "statefulsets.apps", &other.name, false),
+        ("list", "apps.wasmop.dev", &other.name, false),
+        ("list", "configmaps", &other.name, false),
+        ("create", "events.events.k8s.io", &other.name, false),
+        ("get", "secrets", &watched.name, false),
+    ];
+    for (verb, resource, ns, allowed) in expected {
+        anyhow::ensure!(
+            can(verb, resource, ns)? == allowed,
+            "the namespaced ServiceAccount {} {verb} {resource} in {ns}",
+            if allowed { "may not" } else { "may" },
+        );
+    }
+
+    // The host with exactly those rights, watching the one namespace, reconciles an App.
+    let kubeconfig_text = std::fs::read_to_string(&local.kubeconfig)?;
+    let impersonating = kubeconfig_text.replace(
+        "    client-key:",
+        &format!("    as: {account}\n    client-key:"),
+    );
+    let kubeconfig = std::env::temp_dir().join(unique("wasmop-nsi-kubeconfig"));
+    std::fs::write(&kubeconfig, impersonating)?;
+    let image = push_kvstore(&local).await?;
+    let args = [
+        "--leader-elect",
+        "--lease-namespace",
+        system.name.as_str(),
+        "--skip-crd-install",
+    ];
+    let host = Host::start_as(&kubeconfig, &watched.name, &args, &unique("nsi-host")).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &watched.name);
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "nsi",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "nsi",
+        "Ready with only the namespaced rights",
+        Duration::from_secs(90),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    drop(host);
+    let _ = kubectl(&local)?.args(["delete", "-f"]).arg(&file).output();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&kubeconfig);
+    other.delete().await?;
+    watched.delete().await?;
+    system.delete().await
+}
