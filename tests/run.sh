@@ -14,6 +14,10 @@ source deploy/local/env.sh
 step() { printf '\n==> %s\n' "$*"; }
 only="${1:-all}"
 
+# Incremental-compilation sessions pile up in the shared target dir (tens of GB over a few days
+# of work on 2 cores); those untouched for a day are only disk.
+find "$CARGO_TARGET_DIR"/*/incremental -mindepth 1 -maxdepth 1 -mtime +1 -exec rm -rf {} + 2>/dev/null || true
+
 step "setup: what the README's commands need (deploy/local/setup.sh)"
 deploy/local/setup.sh
 rustup show active-toolchain
