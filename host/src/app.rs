@@ -69,8 +69,11 @@ pub struct PluginSource {
 /// A Secret in the App's namespace, by name.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct PullSecretRef {
-    /// The Secret's name.
-    #[schemars(length(min = 1, max = 253))]
+    /// The Secret's name (a DNS subdomain, as every Secret's).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
 }
 

@@ -108,7 +108,7 @@ async fn only_plugins_signed_with_the_policys_key_load_and_swap() -> anyhow::Res
     let release_pub = std::fs::read_to_string(keys.join("release/cosign.pub"))?;
 
     // Started first: it installs the CRDs.
-    let _host = Host::start_with(&local, &tenant.name, &[], &unique("verify-host")).await?;
+    let host = Host::start_with(&local, &tenant.name, &[], &unique("verify-host")).await?;
     let policies: Api<PluginPolicy> = Api::all(client.clone());
     let policy_name = unique("e2e-verify");
     policies
@@ -213,6 +213,22 @@ async fn only_plugins_signed_with_the_policys_key_load_and_swap() -> anyhow::Res
         },
     )
     .await?;
+
+    // Deleting the refused App finalizes it without loading its plugin: deletion is no way
+    // around the policy.
+    apps.delete("from-cm", &DeleteParams::default()).await?;
+    crate::harness::wait_for("from-cm to be gone", minute, || async {
+        Ok(apps.get_opt("from-cm").await?.is_none().then_some(()))
+    })
+    .await?;
+    let loaded = reqwest::get(host.url("/debug/plugins"))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        !loaded.contains("configmap:"),
+        "the refused ConfigMap plugin was loaded: {loaded}"
+    );
 
     policies
         .delete(&policy_name, &DeleteParams::default())

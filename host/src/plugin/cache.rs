@@ -72,6 +72,16 @@ impl CacheKey {
             Err(err) => return Err(err),
         };
         let text = bytes.trim_ascii();
+        // `openssl rand -hex 32` writes 64 characters for 32 bytes: a hex key counts by what it
+        // encodes, so that 32 hex characters (16 bytes) are not taken for a 256-bit key.
+        if text.iter().all(u8::is_ascii_hexdigit) && text.len() < 2 * MIN_KEY_BYTES {
+            return Err(io::Error::other(format!(
+                "{}: {} hex digits encode {} bytes; at least {MIN_KEY_BYTES} are needed (e.g. openssl rand -hex 32)",
+                path.display(),
+                text.len(),
+                text.len() / 2
+            )));
+        }
         Self::new(text)
             .map(Some)
             .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))
@@ -295,6 +305,8 @@ impl Cache {
             return None;
         }
         Self::touch(&path);
+        // Trimming goes by modification time: the tag must not go before its artifact.
+        Self::touch(&mac_path(&path));
         // SAFETY: see the module docs — only artifacts this cache wrote, authenticated with the
         // install's key, in a directory owned by the host, for this exact engine fingerprint.
         match unsafe { Component::deserialize(engine.engine(), &artifact) } {
@@ -492,6 +504,17 @@ mod tests {
         write_atomic(&path, forged.as_bytes()).expect("rewritten");
         assert_eq!(cache.recall_ref("ghcr.io/acme/db:1"), None);
         assert!(CacheKey::new(&[1; 16]).is_err(), "a short key is refused");
+        let file = dir.join("key");
+        fs::write(&file, "0123456789abcdef0123456789abcdef\n").expect("written");
+        let err = CacheKey::from_file(&file).expect_err("32 hex digits are 16 bytes");
+        assert!(err.to_string().contains("encode 16 bytes"), "{err}");
+        fs::write(&file, "0123456789abcdef".repeat(4)).expect("written");
+        assert!(CacheKey::from_file(&file).expect("64 hex digits").is_some());
+        assert!(
+            CacheKey::from_file(&dir.join("absent"))
+                .expect("absent is not an error")
+                .is_none()
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

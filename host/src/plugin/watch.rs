@@ -162,19 +162,25 @@ async fn offer(registry: &Arc<PluginRegistry>, source: &SourceRef, fetched: Fetc
     !matches!(registry.offer(source, fetched).await, Offer::Rejected(_))
 }
 
-/// Loads the version this very source (reference, credentials and keys) last resolved to, for
-/// when the registry cannot be reached or need not be asked; returns whether it did. A digest
-/// some other source fetched is never served: it may have needed credentials or a signature
-/// this one lacks.
+/// Loads the version this very source (reference, access, keys and the credentials it holds
+/// now) last resolved to, for when the registry cannot be reached or need not be asked; returns
+/// whether it did. A digest some other source fetched is never served: it may have needed
+/// credentials or a signature this one lacks.
 async fn offer_from_cache(
     registry: &Arc<PluginRegistry>,
+    client: &OciSource,
     source: &SourceRef,
     oci: &OciRef,
 ) -> bool {
     let Some(cache) = registry.cache() else {
         return false;
     };
-    let Some(digest) = cache.recall_ref(&oci.cache_key()) else {
+    // The credentials the source has now are part of the key: without them (a pull secret
+    // deleted, unreadable or changed) nothing cached is served.
+    let Ok(key) = client.cache_key(source, oci).await else {
+        return false;
+    };
+    let Some(digest) = cache.recall_ref(&key) else {
         return false;
     };
     let Some(bytes) = cache.load_blob(&digest) else {
@@ -198,7 +204,7 @@ async fn drive_oci(
     // A digest reference is immutable: if this source resolved it before, the registry need
     // not be asked again. A finished driver is restarted by the next `ensure`, so a pinned
     // source parks instead.
-    if pinned && offer_from_cache(&registry, &source, &oci).await {
+    if pinned && offer_from_cache(&registry, &client, &source, &oci).await {
         return std::future::pending().await;
     }
     let mut last_manifest: Option<String> = None;
@@ -213,7 +219,7 @@ async fn drive_oci(
             }
             Err(error) => {
                 if registry.get(&source).current.is_none() {
-                    offer_from_cache(&registry, &source, &oci).await;
+                    offer_from_cache(&registry, &client, &source, &oci).await;
                 }
                 registry.record_failure(&source, error);
                 None
@@ -226,8 +232,10 @@ async fn drive_oci(
                     last_manifest = Some(resolved.manifest);
                     if offer(&registry, &source, fetched).await {
                         wait = poll;
-                        if let Some(cache) = registry.cache() {
-                            cache.remember_ref(&oci.cache_key(), &digest);
+                        if let Some(cache) = registry.cache()
+                            && let Ok(key) = client.cache_key(&source, &oci).await
+                        {
+                            cache.remember_ref(&key, &digest);
                         }
                     } else {
                         wait = (wait * 2).min(REFUSED_BACKOFF.max(poll));

@@ -334,15 +334,23 @@ impl PluginPolicySpec {
                 host_credentials: self.host_credentials.clone(),
                 // A key that does not parse stays in the set and verifies nothing (and is
                 // reported in the policy's status): a typo must not turn verification off.
-                keys: self
-                    .verify
-                    .iter()
-                    .flat_map(|v| &v.keys)
-                    .map(|k| TrustedKey {
-                        name: k.name.clone(),
-                        pem: k.public_key.clone(),
-                    })
-                    .collect(),
+                keys: match &self.verify {
+                    None => Vec::new(),
+                    // `verify: {keys: []}` (which the schema refuses) must not mean "verify
+                    // nothing": one key that never parses refuses every plugin instead.
+                    Some(verify) if verify.keys.is_empty() => vec![TrustedKey {
+                        name: "(none listed)".into(),
+                        pem: String::new(),
+                    }],
+                    Some(verify) => verify
+                        .keys
+                        .iter()
+                        .map(|k| TrustedKey {
+                            name: k.name.clone(),
+                            pem: k.public_key.clone(),
+                        })
+                        .collect(),
+                },
             },
         }
     }

@@ -861,7 +861,18 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         }
         Some(Ok(policy)) => policy,
     };
+    // A source the policy refuses (another registry, an unsigned kind of source) is never
+    // loaded for the finalizer either: deleting an App must not be a way around the policy.
     let source = SourceRef::from_spec(&namespace, &app.spec.plugin, &policy.rules.oci).ok();
+    if let Some(Err(reason)) = source.as_ref().map(|s| policy.rules.allows_source(s)) {
+        let message = format!(
+            "kept {} retained objects without calling the plugin: {reason} (under {})",
+            retained.len(),
+            policy.name
+        );
+        publish(ctx, app, EventType::Normal, "Finalized", &message).await;
+        return Ok(Action::await_change());
+    }
     let state = source.as_ref().map(|s| {
         // After a restart the registry is empty: load the plugin before deciding anything.
         ctx.sources.ensure(s);

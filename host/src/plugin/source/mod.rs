@@ -89,15 +89,42 @@ impl OciRef {
         }
     }
 
-    /// The key under which the on-disk cache remembers what this source last resolved to:
-    /// every part of the source, so that a digest resolved with one tenant's credentials, or
-    /// verified with one policy's keys, is never served to another from the cache.
-    pub fn cache_key(&self) -> String {
-        let mut key = format!("{}\n{:?}", self.reference, self.access);
-        for k in &self.keys {
-            key.push_str(&format!("\n{}={}", k.name, k.pem));
+    /// The key under which the on-disk cache remembers what this source last resolved to, when
+    /// read with `credentials`: every part of the source and the credentials themselves
+    /// (hashed), so that a digest resolved with one tenant's credentials, or verified with one
+    /// policy's keys, is never served from the cache to another, nor after the App's pull
+    /// secrets changed or went away.
+    pub fn cache_key(&self, credentials: Option<&(String, String)>) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut hash = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            // Length-prefixed: no two different sources encode the same.
+            hash.update((bytes.len() as u64).to_be_bytes());
+            hash.update(bytes);
+        };
+        part(self.reference.as_bytes());
+        match &self.access {
+            Access::Anonymous => part(b"anonymous"),
+            Access::Host => part(b"host"),
+            Access::PullSecrets { namespace, names } => {
+                part(b"pull-secrets");
+                part(namespace.as_bytes());
+                for name in names {
+                    part(name.as_bytes());
+                }
+            }
         }
-        key
+        for key in &self.keys {
+            part(b"key");
+            part(key.name.as_bytes());
+            part(key.pem.as_bytes());
+        }
+        if let Some((user, password)) = credentials {
+            part(b"credentials");
+            part(user.as_bytes());
+            part(password.as_bytes());
+        }
+        format!("oci-{:x}", hash.finalize())
     }
 }
 
@@ -137,6 +164,12 @@ impl SourceRef {
                     .iter()
                     .map(|s| s.name.clone())
                     .collect();
+                // The schema says so too; checked here because the name goes into an API path.
+                if let Some(bad) = names.iter().find(|n| !is_dns_subdomain(n)) {
+                    return Err(format!(
+                        "spec.plugin.imagePullSecrets: {bad:?} is not a Secret name"
+                    ));
+                }
                 let access = if !names.is_empty() {
                     Access::PullSecrets {
                         namespace: namespace.to_string(),
@@ -218,6 +251,19 @@ impl Fetched {
         let digest = Digest::of(&bytes);
         Self { bytes, digest }
     }
+}
+
+/// A Kubernetes object name of the DNS-subdomain kind (RFC 1123), as Secrets have.
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 /// `registry/repository` of an OCI reference, if it parses.
@@ -323,8 +369,16 @@ mod tests {
         else {
             panic!("OCI sources");
         };
-        assert_ne!(a.cache_key(), h.cache_key());
-        assert_ne!(a.cache_key(), v.cache_key());
+        assert_ne!(a.cache_key(None), h.cache_key(None));
+        assert_ne!(a.cache_key(None), v.cache_key(None));
+        let (one, two) = (
+            ("u".to_string(), "p".to_string()),
+            ("u".to_string(), "q".to_string()),
+        );
+        assert_ne!(h.cache_key(Some(&one)), h.cache_key(Some(&two)));
+        assert_ne!(h.cache_key(Some(&one)), h.cache_key(None));
+        let bad = SourceRef::from_spec("a", &image("x.io/p:1", &["../x"]), &OciRules::default());
+        assert!(bad.is_err_and(|e| e.contains("not a Secret name")));
         // Pull secrets are per namespace: the same names elsewhere are another source.
         let in_a = SourceRef::from_spec("a", &image("x.io/p:1", &["s"]), &OciRules::default());
         let in_b = SourceRef::from_spec("b", &image("x.io/p:1", &["s"]), &OciRules::default());

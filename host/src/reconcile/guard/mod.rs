@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
 use crate::plugin::{
     object::PluginObject,
-    source::{OciRules, SourceRef, is_under, repository_of},
+    source::{OciRules, SourceRef, is_dns_subdomain, is_under, repository_of},
 };
 
 /// What plugins may create in a namespace. [`Policy::default`] is the built-in default:
@@ -469,20 +469,6 @@ pub fn check(
         guarded.push(Guarded { kind, object });
     }
     Ok(guarded)
-}
-
-/// Whether `repository` (`registry/path`) is `prefix` or below it, on a path boundary:
-/// `ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil/cache`.
-fn is_dns_subdomain(name: &str) -> bool {
-    (1..=253).contains(&name.len())
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
 }
 
 #[cfg(test)]

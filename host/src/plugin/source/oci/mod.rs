@@ -29,7 +29,7 @@ use oci_client::{
 };
 
 use self::{
-    pull::{BlobError, Descriptor, PullLimits, Puller, Target, excerpt},
+    pull::{BlobError, PullLimits, Puller, Target, excerpt},
     verify::SignatureLayer,
 };
 use super::{Access, Fetched, OciRef, SourceRef, fetch_error};
@@ -153,6 +153,16 @@ impl OciSource {
         Ok(None)
     }
 
+    /// The on-disk cache's key for `oci` as read now: with the credentials its access gives
+    /// at this moment (so a missing pull secret, or changed credentials, find nothing cached).
+    pub async fn cache_key(&self, source: &SourceRef, oci: &OciRef) -> Result<String, LoadError> {
+        let parsed = Self::parse(source, &oci.reference)?;
+        let credentials = self
+            .credentials(source, &oci.access, parsed.resolve_registry())
+            .await?;
+        Ok(oci.cache_key(credentials.as_ref()))
+    }
+
     /// How the puller addresses `reference`'s registry and repository for `oci`.
     async fn target(
         &self,
@@ -189,12 +199,23 @@ impl OciSource {
     }
 
     fn parse(source: &SourceRef, reference: &str) -> Result<Reference, LoadError> {
-        reference.parse().map_err(|err| {
+        let parsed: Reference = reference.parse().map_err(|err| {
             fetch_error(
                 source,
                 format!("invalid OCI reference {reference:?}: {err}"),
             )
-        })
+        })?;
+        // The host checks what it reads against sha256 digests only: a reference pinned by
+        // another algorithm would be trusted unchecked, and never polled again.
+        if let Some(digest) = parsed.digest()
+            && crate::plugin::Digest::parse(digest).is_err()
+        {
+            return Err(fetch_error(
+                source,
+                format!("{reference}: only sha256:<64 hex digits> digests are supported"),
+            ));
+        }
+        Ok(parsed)
     }
 
     /// Whether plain HTTP may be used for `registry` (`host[:port]`).
@@ -349,36 +370,39 @@ impl OciSource {
                 format!("reading the signatures of {}: {err}", oci.reference),
             )
         };
-        let layers = match self
-            .puller
-            .manifest_if_tagged(target, &tag)
-            .await
-            .map_err(failed)?
-        {
-            None => Vec::new(),
-            Some((signatures, _)) => {
-                let candidates: Vec<&Descriptor> = signatures
-                    .layers
-                    .iter()
-                    .filter(|l| l.media_type == verify::SIGNATURE_MEDIA_TYPE)
-                    .filter(|l| l.annotations.contains_key(verify::SIGNATURE_ANNOTATION))
-                    .take(verify::MAX_SIGNATURES)
-                    .collect();
-                let mut layers = Vec::with_capacity(candidates.len());
-                for descriptor in candidates {
-                    let payload = self
-                        .puller
-                        .blob(target, descriptor, verify::MAX_PAYLOAD_BYTES)
-                        .await
-                        .map_err(|err| failed(err.to_string()))?;
-                    layers.push(SignatureLayer {
-                        payload,
-                        signature: descriptor.annotations[verify::SIGNATURE_ANNOTATION].clone(),
-                    });
-                }
-                layers
+        // One deadline for every read of the check, so a registry that drips cannot hold a
+        // pull slot for a deadline per signature.
+        let read = async {
+            let Some((signatures, _)) = self.puller.manifest_if_tagged(target, &tag).await? else {
+                return Ok(Vec::new());
+            };
+            let mut layers = Vec::new();
+            for descriptor in signatures
+                .layers
+                .iter()
+                .filter(|l| l.media_type == verify::SIGNATURE_MEDIA_TYPE)
+                .take(verify::MAX_SIGNATURES)
+            {
+                let Some(signature) = descriptor
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.cosign_signature.clone())
+                else {
+                    continue;
+                };
+                let payload = self
+                    .puller
+                    .blob(target, descriptor, verify::MAX_PAYLOAD_BYTES)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                layers.push(SignatureLayer { payload, signature });
             }
+            Ok(layers)
         };
+        let layers = tokio::time::timeout(self.puller.limits().total, read)
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {:?}", self.puller.limits().total)))
+            .map_err(failed)?;
         verify::check(&oci.keys, manifest, &layers).map_err(refused)
     }
 
@@ -474,7 +498,8 @@ fn parse_docker_config(text: &str) -> Result<HashMap<String, (String, String)>, 
         let pair = if let Some(auth) = entry.get("auth").and_then(|a| a.as_str()) {
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(auth)
-                .map_err(|err| format!("auths.{registry}.auth is not base64: {err}"))?;
+                // Not the decoder's message: it quotes the offending byte of a secret.
+                .map_err(|_| format!("auths.{registry}.auth is not base64"))?;
             let decoded = String::from_utf8(decoded)
                 .map_err(|_| format!("auths.{registry}.auth is not UTF-8"))?;
             let (user, password) = decoded
@@ -549,6 +574,16 @@ mod tests {
         let err = parse_docker_config(r#"{"auths": {"ghcr.io": {"auth": "!!"}}}"#)
             .expect_err("bad base64");
         assert!(err.contains("auths.ghcr.io.auth"), "{err}");
+    }
+
+    #[test]
+    fn only_sha256_pins_are_taken() {
+        let source = SourceRef::Oci(OciRef::anonymous("x"));
+        let sha512 = format!("127.0.0.1:15000/p@sha512:{}", "a".repeat(128));
+        let err = OciSource::parse(&source, &sha512).expect_err("unchecked algorithm");
+        assert!(err.to_string().contains("only sha256"), "{err}");
+        let sha256 = format!("127.0.0.1:15000/p@sha256:{}", "a".repeat(64));
+        assert!(OciSource::parse(&source, &sha256).is_ok());
     }
 
     #[test]

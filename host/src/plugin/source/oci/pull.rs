@@ -130,9 +130,18 @@ pub struct Descriptor {
     pub digest: String,
     /// Its size in bytes, as the registry declares it.
     pub size: i64,
-    /// Its annotations (a cosign signature layer carries its signature in one).
+    /// The one annotation the host reads; the rest are skipped unread, so a manifest of many
+    /// annotated layers costs no more memory than its bytes.
     #[serde(default)]
-    pub annotations: std::collections::BTreeMap<String, String>,
+    pub annotations: Option<Annotations>,
+}
+
+/// The annotations of a descriptor the host reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Annotations {
+    /// A cosign signature layer's base64 signature.
+    #[serde(rename = "dev.cosignproject.cosign/signature")]
+    pub cosign_signature: Option<String>,
 }
 
 /// Why a blob was not delivered.
@@ -184,6 +193,11 @@ impl Puller {
             slots: tokio::sync::Semaphore::new(MAX_PULLS_IN_FLIGHT),
             tokens: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// What one pull may cost.
+    pub fn limits(&self) -> PullLimits {
+        self.limits
     }
 
     /// The digest of the manifest `reference` (a tag or a digest) names now.

@@ -94,13 +94,11 @@ pub fn check(
             {
                 continue;
             }
-            // Only a payload whose signature holds is read: the rest is the registry's text.
-            let payload: Payload = serde_json::from_slice(&layer.payload).map_err(|_| {
-                format!(
-                    "a payload signed by key {} is not a cosign signature payload",
-                    key.name
-                )
-            })?;
+            // Only a payload whose signature holds is read: the rest is the registry's text. A
+            // signed payload of another shape is skipped, not fatal: another layer may hold.
+            let Ok(payload) = serde_json::from_slice::<Payload>(&layer.payload) else {
+                continue;
+            };
             if payload.critical.kind != PAYLOAD_TYPE {
                 continue;
             }
@@ -116,7 +114,9 @@ pub fn check(
         .filter(|(_, v)| v.is_err())
         .map(|(k, _)| k.name.as_str())
         .collect();
-    let mut reason = if layers.is_empty() {
+    let mut reason = if keys.is_empty() {
+        "the policy asks for signatures but lists no key".to_string()
+    } else if layers.is_empty() {
         format!("{manifest} is not signed")
     } else if other_digest {
         format!("the signatures by the policy's keys are for another manifest than {manifest}")
@@ -233,6 +233,14 @@ Y5X/4YPZNraeBuI7hqfNj8qI82QXjIeD6Yvtq4R4uj3w+c4TOoCXs6qBQw==
         )
         .expect_err("garbage signature");
         assert!(err.contains("by none"), "{err}");
+
+        // A layer that is not a payload at all does not hide a good one after it.
+        let got = check(
+            &[key("release", PUBLIC_KEY)],
+            &digest(SIGNED),
+            &[layer("not json", SIGNATURE), layer(PAYLOAD, SIGNATURE)],
+        );
+        assert_eq!(got.as_deref(), Ok("release"));
     }
 
     #[test]
@@ -247,6 +255,8 @@ Y5X/4YPZNraeBuI7hqfNj8qI82QXjIeD6Yvtq4R4uj3w+c4TOoCXs6qBQw==
         )
         .expect_err("no usable key");
         assert!(err.contains("key typo cannot be parsed"), "{err}");
+        let err = check(&[], &digest(SIGNED), &[layer(PAYLOAD, SIGNATURE)]).expect_err("no keys");
+        assert!(err.contains("lists no key"), "{err}");
         assert!(parse_key("hello").is_err());
         assert!(parse_key(PUBLIC_KEY).is_ok());
     }
