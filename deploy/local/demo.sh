@@ -56,7 +56,7 @@ say "pushing kvstore v1 to $REF"
 "$WASMOP" plugin push "$WASM/kvstore.wasm" "$REF"
 
 say "installing the CRDs and starting the host"
-kubectl apply --server-side -f deploy/crds/ >/dev/null
+kubectl apply --server-side -k deploy/crds/ >/dev/null
 stop_host
 mkdir -p "$STATE/logs" "$STATE/pids"
 setsid "$WASMOP" run --listen "$LISTEN" --poll-interval "$POLL" --cache-dir "$STATE/plugin-cache" \

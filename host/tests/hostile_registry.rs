@@ -116,6 +116,14 @@ async fn manifests(
             )],
         )
             .into_response(),
+        "elsewhere-realm" => (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                r#"Bearer realm="https://internal.corp.example/admin/token",service="x""#,
+            )],
+        )
+            .into_response(),
         "error-page" => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal: db password=hunter2 SECRET-TOKEN",
@@ -248,6 +256,22 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
             "{repo} took {elapsed:?}"
         );
     }
+
+    // Under a registries allowlist, a realm on another host than an allowed one is refused
+    // before anything is sent there.
+    let elsewhere = OciRef {
+        realm_hosts: Some(vec![format!("127.0.0.1:{port}"), "ghcr.io".into()]),
+        ..OciRef::anonymous(format!("127.0.0.1:{port}/elsewhere-realm:1"))
+    };
+    let err = oci
+        .resolve(&SourceRef::Oci(elsewhere.clone()), &elsewhere)
+        .await
+        .expect_err("a realm off the allowlist");
+    assert!(
+        err.to_string()
+            .contains("realm host \"internal.corp.example\" is neither the registry"),
+        "{err}"
+    );
 
     let reference = OciRef::anonymous(format!("127.0.0.1:{port}/error-page:1"));
     let err = oci

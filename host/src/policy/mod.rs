@@ -77,6 +77,8 @@ pub struct PluginPolicySpec {
     /// Where OCI plugins may come from: prefixes of `registry/repository`, matched on path
     /// boundaries (`ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil`).
     /// Without it, any registry; link-local and metadata addresses are refused whatever this says.
+    /// With it, a registry's token realm must be on the registry's own host or one of these
+    /// (list `auth.docker.io` for Docker Hub).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub registries: Option<Vec<String>>,
@@ -332,6 +334,17 @@ impl PluginPolicySpec {
             config_map_sources: self.config_map_sources.unwrap_or(true),
             oci: OciRules {
                 host_credentials: self.host_credentials.clone(),
+                // With an allowlist, a token realm elsewhere than the registry itself must be
+                // one of the allowed registries' hosts (Docker Hub's auth.docker.io is listed
+                // like a registry): no registry can send the host to an arbitrary HTTPS URL.
+                realm_hosts: self.registries.as_ref().map(|prefixes| {
+                    prefixes
+                        .iter()
+                        .filter_map(|p| p.split('/').next())
+                        .filter(|h| !h.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }),
                 // A key that does not parse stays in the set and verifies nothing (and is
                 // reported in the policy's status): a typo must not turn verification off.
                 keys: match &self.verify {

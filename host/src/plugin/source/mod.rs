@@ -41,6 +41,9 @@ pub struct OciRef {
     pub access: Access,
     /// Cosign keys one of which must have signed the manifest; empty: no signature needed.
     pub keys: Vec<TrustedKey>,
+    /// Hosts (`host[:port]`) besides the registry's own that a token `realm` may name: those of
+    /// the policy's `registries`; `None` (no allowlist): any.
+    pub realm_hosts: Option<Vec<String>>,
 }
 
 /// Whose credentials an OCI source is read with.
@@ -77,6 +80,7 @@ impl OciRef {
             reference: reference.into(),
             access: Access::Anonymous,
             keys: Vec::new(),
+            realm_hosts: None,
         }
     }
 
@@ -119,6 +123,10 @@ impl OciRef {
             part(key.name.as_bytes());
             part(key.pem.as_bytes());
         }
+        for host in self.realm_hosts.iter().flatten() {
+            part(b"realm-host");
+            part(host.as_bytes());
+        }
         if let Some((user, password)) = credentials {
             part(b"credentials");
             part(user.as_bytes());
@@ -147,6 +155,8 @@ pub struct OciRules {
     pub host_credentials: Vec<String>,
     /// Keys one of which must have signed every OCI plugin.
     pub keys: Vec<TrustedKey>,
+    /// Hosts a token realm may name besides the registry's own (`None`: any).
+    pub realm_hosts: Option<Vec<String>>,
 }
 
 impl SourceRef {
@@ -189,6 +199,7 @@ impl SourceRef {
                     reference,
                     access,
                     keys: rules.keys.clone(),
+                    realm_hosts: rules.realm_hosts.clone(),
                 }))
             }
             (None, Some(cm), None) => Ok(Self::ConfigMap {
@@ -319,7 +330,7 @@ mod tests {
     fn credentials_are_the_apps_own_or_shared_by_policy_or_none() {
         let shared = OciRules {
             host_credentials: vec!["ghcr.io/acme".into()],
-            keys: Vec::new(),
+            ..OciRules::default()
         };
         // Pull secrets win, and are read in the App's namespace.
         assert_eq!(
@@ -350,7 +361,7 @@ mod tests {
         let anonymous = SourceRef::from_spec("a", &plugin, &OciRules::default()).expect("valid");
         let shared = OciRules {
             host_credentials: vec!["ghcr.io".into()],
-            keys: Vec::new(),
+            ..OciRules::default()
         };
         let host = SourceRef::from_spec("a", &plugin, &shared).expect("valid");
         let signed = OciRules {

@@ -186,6 +186,7 @@ impl OciSource {
             base,
             repository: reference.repository().to_string(),
             credentials: self.credentials(source, &oci.access, registry).await?,
+            realm_hosts: oci.realm_hosts.clone(),
         })
     }
 

@@ -82,6 +82,8 @@ pub struct Target {
     pub repository: String,
     /// Basic credentials for this registry, if the host has some.
     pub credentials: Option<(String, String)>,
+    /// Hosts (`host[:port]`) besides the registry's own a token realm may name (`None`: any).
+    pub realm_hosts: Option<Vec<String>>,
 }
 
 /// Whose token for what: registry, repository and a fingerprint of the credentials it was
@@ -457,7 +459,8 @@ impl Puller {
         service: Option<&str>,
     ) -> Result<String, String> {
         let what = "the registry's token service";
-        let mut url = check_realm(&target.base, realm).map_err(|r| format!("{what}: {r}"))?;
+        let mut url = check_realm(&target.base, realm, target.realm_hosts.as_deref())
+            .map_err(|r| format!("{what}: {r}"))?;
         {
             let mut query = url.query_pairs_mut();
             if let Some(service) = service {
@@ -554,10 +557,25 @@ impl Challenge {
 /// The realm as a URL the host may ask for a token: HTTPS (or plain HTTP only on the
 /// registry's own host, where the registry itself is plain HTTP), no credentials in it, not a
 /// blocked address.
-fn check_realm(registry: &Url, realm: &str) -> Result<Url, String> {
+fn check_realm(registry: &Url, realm: &str, allowed: Option<&[String]>) -> Result<Url, String> {
     let url = Url::parse(realm).map_err(|_| format!("realm {} is not a URL", excerpt(realm)))?;
     let same_host = url.host_str() == registry.host_str()
         && url.port_or_known_default() == registry.port_or_known_default();
+    if let Some(allowed) = allowed
+        && !same_host
+    {
+        let host = url.host_str().unwrap_or_default();
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        if !allowed.contains(&authority) {
+            return Err(format!(
+                "realm host {} is neither the registry nor one the policy's registries allow",
+                excerpt(&authority)
+            ));
+        }
+    }
     match url.scheme() {
         "https" => {}
         "http" if registry.scheme() == "http" && same_host => {}
@@ -798,16 +816,25 @@ mod tests {
     #[test]
     fn realms_must_be_https_or_the_plain_registry_itself() {
         let https = Url::parse("https://ghcr.io").expect("url");
-        assert!(check_realm(&https, "https://ghcr.io/token").is_ok());
-        assert!(check_realm(&https, "https://auth.example/token").is_ok());
-        assert!(check_realm(&https, "http://ghcr.io/token").is_err());
-        let err =
-            check_realm(&https, "https://169.254.169.254/latest/meta-data/").expect_err("metadata");
+        assert!(check_realm(&https, "https://ghcr.io/token", None).is_ok());
+        assert!(check_realm(&https, "https://auth.example/token", None).is_ok());
+        assert!(check_realm(&https, "http://ghcr.io/token", None).is_err());
+        let err = check_realm(&https, "https://169.254.169.254/latest/meta-data/", None)
+            .expect_err("metadata");
         assert!(err.contains("169.254.169.254"), "{err}");
-        assert!(check_realm(&https, "https://user:pw@auth.example/token").is_err());
+        assert!(check_realm(&https, "https://user:pw@auth.example/token", None).is_err());
         let plain = Url::parse("http://127.0.0.1:15000").expect("url");
-        assert!(check_realm(&plain, "http://127.0.0.1:15000/token").is_ok());
-        assert!(check_realm(&plain, "http://127.0.0.1:15001/token").is_err());
+        assert!(check_realm(&plain, "http://127.0.0.1:15000/token", None).is_ok());
+        assert!(check_realm(&plain, "http://127.0.0.1:15001/token", None).is_err());
+
+        // Under a registries allowlist, a realm elsewhere must be one of its hosts.
+        let allowed = ["ghcr.io".to_string(), "auth.docker.io".to_string()];
+        assert!(check_realm(&https, "https://ghcr.io/token", Some(&allowed)).is_ok());
+        assert!(check_realm(&https, "https://auth.docker.io/token", Some(&allowed)).is_ok());
+        let err = check_realm(&https, "https://auth.example/token", Some(&allowed))
+            .expect_err("not allowed");
+        assert!(err.contains("auth.example"), "{err}");
+        assert!(check_realm(&https, "https://auth.docker.io:444/token", Some(&allowed)).is_err());
     }
 
     #[test]
