@@ -37,6 +37,8 @@ use wasmop_host::plugin::{
 
 /// What the registry serves for the one layer it describes: 1 KiB declared.
 const DECLARED: usize = 1024;
+/// A layer over the default component cap (8 MiB).
+const NINE_MIB: usize = 9 << 20;
 
 fn manifest(layer_digest: &str, size: usize) -> String {
     json!({
@@ -85,6 +87,11 @@ async fn manifests(
     let layer = Digest::of(&[b'x'; DECLARED]).to_string();
     match repo.as_str() {
         "oversized" => ok_manifest(manifest(&layer, DECLARED)),
+        // A genuine 9 MiB layer: over the default cap, under one a policy raised.
+        "nine-mib" => ok_manifest(manifest(
+            &Digest::of(&vec![b'x'; NINE_MIB]).to_string(),
+            NINE_MIB,
+        )),
         // 100 MiB without a Content-Length, so only reading it finds out.
         "big-manifest" => (StatusCode::OK, endless(64 << 10, None, 100 << 20)).into_response(),
         "drip" => (
@@ -137,6 +144,7 @@ async fn blobs(Path((repo, _digest)): Path<(String, String)>) -> Response {
     match repo.as_str() {
         // 256 MiB behind a descriptor that says 1 KiB, without a Content-Length.
         "oversized" => (StatusCode::OK, endless(64 << 10, None, 256 << 20)).into_response(),
+        "nine-mib" => (StatusCode::OK, vec![b'x'; NINE_MIB]).into_response(),
         _ => StatusCode::NOT_FOUND.into_response(),
     }
 }
@@ -293,4 +301,25 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
         "peak RSS grew {} MiB over a hostile registry",
         grown >> 20
     );
+
+    // The component cap is the policy's: 9 MiB is refused by default without being read, and
+    // read whole (its digest checked) where a policy raised the cap to 16 MiB.
+    let nine = OciRef::anonymous(format!("127.0.0.1:{port}/nine-mib:1"));
+    let err = oci
+        .fetch(&SourceRef::Oci(nine.clone()), &nine)
+        .await
+        .expect_err("over the default cap");
+    assert!(
+        matches!(err, LoadError::NotAComponent { .. }) && err.to_string().contains("9437184"),
+        "{err}"
+    );
+    let raised = OciRef {
+        max_component_bytes: Some(16 << 20),
+        ..nine
+    };
+    let (_, fetched) = oci
+        .fetch(&SourceRef::Oci(raised.clone()), &raised)
+        .await
+        .expect("under a raised cap");
+    assert_eq!(fetched.bytes.len(), NINE_MIB);
 }

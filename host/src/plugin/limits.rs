@@ -14,9 +14,12 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 pub const MAX_MEMORY_BYTES: u64 = 256 << 20;
 /// A plan larger than this is a bug or an attack; the API server would refuse most of it anyway.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
-/// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level 3, is 1.5 MB);
-/// anything larger is not a plugin the host compiles, and compile cost grows with size.
-pub const MAX_COMPONENT_BYTES: usize = 8 << 20;
+/// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level 3, is 1.5 MB):
+/// what a source may deliver unless the App's policy raises it (`maxComponentSize`).
+pub const DEFAULT_COMPONENT_BYTES: usize = 8 << 20;
+/// The most any policy may raise that to, and the most the host ever compiles: compile cost
+/// grows with size, and the compile worker's memory bounds it whatever the size.
+pub const MAX_COMPONENT_BYTES: usize = 32 << 20;
 /// What a plugin may print to stdout/stderr per call before the rest is dropped.
 pub const MAX_STDIO_BYTES: usize = 64 << 10;
 /// What the canonical ABI counts against a transfer besides string bytes: a few dozen bytes of

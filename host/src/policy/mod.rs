@@ -24,7 +24,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    plugin::source::{OciRules, TrustedKey},
+    plugin::{
+        limits::MAX_COMPONENT_BYTES,
+        source::{OciRules, TrustedKey},
+    },
     reconcile::{guard, pod_security::Level},
 };
 
@@ -92,6 +95,12 @@ pub struct PluginPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub host_credentials: Vec<String>,
+    /// The largest plugin component an OCI source may deliver, as a size like `16Mi`: default
+    /// `8Mi`, at most `32Mi`. A component over it is refused (`NotAComponent`) before it is
+    /// read; compiles stay bounded by the host's `--compile-memory` whatever the size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(Ki|Mi)?$"))]
+    pub max_component_size: Option<String>,
     /// Signatures every OCI plugin must carry: a cosign signature (the `.sig` tag cosign
     /// pushes beside the image) by one of these keys, over the manifest's digest. An unsigned
     /// or otherwise signed version is refused (`SignatureInvalid`) and the last good one stays
@@ -333,6 +342,9 @@ impl PluginPolicySpec {
             registries: self.registries.clone(),
             config_map_sources: self.config_map_sources.unwrap_or(true),
             oci: OciRules {
+                // A size that does not parse, or is over the ceiling, leaves the default (and
+                // is reported in the policy's status).
+                max_component_bytes: self.component_bytes().ok().flatten(),
                 host_credentials: self.host_credentials.clone(),
                 // With an allowlist, a token realm elsewhere than the registry itself must be
                 // one of the allowed registries' hosts (Docker Hub's auth.docker.io is listed
@@ -365,6 +377,21 @@ impl PluginPolicySpec {
                         .collect(),
                 },
             },
+        }
+    }
+
+    /// `maxComponentSize` in bytes (`None`: not set), or why it is not a size the host takes.
+    pub fn component_bytes(&self) -> Result<Option<usize>, String> {
+        let Some(text) = &self.max_component_size else {
+            return Ok(None);
+        };
+        let bytes = crate::cli::parse_bytes(text.trim())?;
+        match usize::try_from(bytes) {
+            Ok(bytes) if (1..=MAX_COMPONENT_BYTES).contains(&bytes) => Ok(Some(bytes)),
+            _ => Err(format!(
+                "{text:?} is not between 1 byte and {}Mi",
+                MAX_COMPONENT_BYTES >> 20
+            )),
         }
     }
 
@@ -657,6 +684,21 @@ mod tests {
         assert!(refused[0].starts_with("extraKinds[2] rbac.authorization.k8s.io/v1/RoleBinding"));
         assert!(refused[1].contains("wasmop.dev API group"), "{refused:?}");
         assert!(refused[3].contains("lowercase plural"), "{refused:?}");
+    }
+
+    #[test]
+    fn component_size_raises_the_cap_within_the_ceiling() {
+        let sized = |size: &str| policy("p", json!({"maxComponentSize": size})).spec;
+        assert_eq!(
+            sized("16Mi").rules().oci.max_component_bytes,
+            Some(16 << 20)
+        );
+        assert_eq!(sized("32Mi").component_bytes(), Ok(Some(32 << 20)));
+        for bad in ["64Mi", "0", "lots"] {
+            assert!(sized(bad).component_bytes().is_err(), "{bad}");
+            assert_eq!(sized(bad).rules().oci.max_component_bytes, None, "{bad}");
+        }
+        assert_eq!(policy("p", json!({})).spec.component_bytes(), Ok(None));
     }
 
     #[test]

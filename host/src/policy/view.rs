@@ -280,6 +280,16 @@ pub fn status_of<'a>(
         ),
         // Fails closed: a key that does not parse verifies nothing, so plugins that only it
         // signed are refused until it is fixed.
+        None if policy.spec.component_bytes().is_err() => condition(
+            previous,
+            "Valid",
+            false,
+            "InvalidSize",
+            format!(
+                "spec.maxComponentSize {}; the default 8Mi applies",
+                policy.spec.component_bytes().err().unwrap_or_default()
+            ),
+        ),
         None if !bad_keys.is_empty() => condition(
             previous,
             "Valid",

@@ -6,7 +6,7 @@
 use std::{io::Read, path::Path};
 
 use super::{Fetched, SourceRef, fetch_error};
-use crate::plugin::{LoadError, limits::MAX_COMPONENT_BYTES};
+use crate::plugin::{LoadError, limits::DEFAULT_COMPONENT_BYTES};
 
 /// Reads the component at `path`, which must resolve (links and `..` followed) to a regular
 /// file below `root`.
@@ -55,19 +55,19 @@ fn read_below(source: &SourceRef, root: &Path, path: &Path) -> Result<Fetched, L
     if !meta.is_file() {
         return Err(failed(format!("{shown} is not a regular file")));
     }
-    if meta.len() > MAX_COMPONENT_BYTES as u64 {
+    if meta.len() > DEFAULT_COMPONENT_BYTES as u64 {
         return Err(failed(format!(
-            "{shown} is {} bytes, over the {MAX_COMPONENT_BYTES} byte limit",
+            "{shown} is {} bytes, over the {DEFAULT_COMPONENT_BYTES} byte limit",
             meta.len()
         )));
     }
     let mut bytes = Vec::new();
-    file.take(MAX_COMPONENT_BYTES as u64 + 1)
+    file.take(DEFAULT_COMPONENT_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|err| failed(format!("reading {shown}: {err}")))?;
-    if bytes.len() > MAX_COMPONENT_BYTES {
+    if bytes.len() > DEFAULT_COMPONENT_BYTES {
         return Err(failed(format!(
-            "{shown} grew over the {MAX_COMPONENT_BYTES} byte limit while read"
+            "{shown} grew over the {DEFAULT_COMPONENT_BYTES} byte limit while read"
         )));
     }
     Ok(Fetched::new(bytes))

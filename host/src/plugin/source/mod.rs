@@ -44,6 +44,8 @@ pub struct OciRef {
     /// Hosts (`host[:port]`) besides the registry's own that a token `realm` may name: those of
     /// the policy's `registries`; `None` (no allowlist): any.
     pub realm_hosts: Option<Vec<String>>,
+    /// The largest component read, when the policy raises it (`None`: the default 8 MiB).
+    pub max_component_bytes: Option<usize>,
 }
 
 /// Whose credentials an OCI source is read with.
@@ -81,6 +83,7 @@ impl OciRef {
             access: Access::Anonymous,
             keys: Vec::new(),
             realm_hosts: None,
+            max_component_bytes: None,
         }
     }
 
@@ -127,6 +130,10 @@ impl OciRef {
             part(b"realm-host");
             part(host.as_bytes());
         }
+        if let Some(max) = self.max_component_bytes {
+            part(b"max-component-bytes");
+            part(&(max as u64).to_be_bytes());
+        }
         if let Some((user, password)) = credentials {
             part(b"credentials");
             part(user.as_bytes());
@@ -157,6 +164,8 @@ pub struct OciRules {
     pub keys: Vec<TrustedKey>,
     /// Hosts a token realm may name besides the registry's own (`None`: any).
     pub realm_hosts: Option<Vec<String>>,
+    /// The largest component an OCI source may deliver (`None`: the default).
+    pub max_component_bytes: Option<usize>,
 }
 
 impl SourceRef {
@@ -200,6 +209,7 @@ impl SourceRef {
                     access,
                     keys: rules.keys.clone(),
                     realm_hosts: rules.realm_hosts.clone(),
+                    max_component_bytes: rules.max_component_bytes,
                 }))
             }
             (None, Some(cm), None) => Ok(Self::ConfigMap {

@@ -33,7 +33,10 @@ use self::{
     verify::SignatureLayer,
 };
 use super::{Access, Fetched, OciRef, SourceRef, fetch_error};
-use crate::plugin::{Digest, LoadError, limits::MAX_COMPONENT_BYTES};
+use crate::plugin::{
+    Digest, LoadError,
+    limits::{DEFAULT_COMPONENT_BYTES, MAX_COMPONENT_BYTES},
+};
 
 /// Media type of the config blob of a Wasm artifact.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -330,7 +333,13 @@ impl OciSource {
         // Fetched from the manifest's own digest, so that what was resolved is what is read.
         let bytes = self
             .puller
-            .blob(&target, layer, MAX_COMPONENT_BYTES)
+            .blob(
+                &target,
+                layer,
+                oci.max_component_bytes
+                    .unwrap_or(DEFAULT_COMPONENT_BYTES)
+                    .min(MAX_COMPONENT_BYTES),
+            )
             .await
             .map_err(|err| match err {
                 BlobError::Oversized(reason) => LoadError::NotAComponent {
