@@ -234,21 +234,25 @@ fn plugin_changes(
     apps: Store<App>,
 ) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
     BroadcastStream::new(runtime.registry.subscribe())
-        .filter_map(|change| async move { change.ok() })
-        .flat_map(move |source: SourceRef| {
+        // A receiver that fell behind lost changes it cannot name: every App is requeued.
+        .map(|change| change.ok())
+        .flat_map(move |changed: Option<SourceRef>| {
             // Which credentials and keys an App's source carries depends on its policy; every
             // App naming the same location is requeued, and reconciles against its own.
-            let location = source.location();
+            let location = changed.map(|source| source.location());
             let users: Vec<ObjectRef<App>> = apps
                 .state()
                 .iter()
                 .filter(|app| {
+                    let Some(location) = &location else {
+                        return true;
+                    };
                     SourceRef::from_spec(
                         &app.namespace().unwrap_or_default(),
                         &app.spec.plugin,
                         &OciRules::default(),
                     )
-                    .is_ok_and(|s| s.location() == location)
+                    .is_ok_and(|s| s.location() == *location)
                 })
                 .map(|app| ObjectRef::from_obj(app.as_ref()))
                 .collect();

@@ -423,6 +423,28 @@ fn compiled_artifacts_are_cached_by_digest_and_engine() {
 }
 
 #[tokio::test]
+async fn a_source_that_keeps_failing_the_same_way_tells_its_apps_once() {
+    let engine = PluginEngine::new().expect("engine");
+    let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+    let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/down:1"));
+    let mut changes = registry.subscribe();
+    let down = |message: &str| LoadError::Fetch {
+        source_ref: source.to_string(),
+        message: message.into(),
+    };
+    for _ in 0..3 {
+        registry.record_failure(&source, down("the registry answered 503"));
+    }
+    registry.record_failure(&source, down("connection refused"));
+    assert_eq!(changes.try_recv().expect("the first failure"), source);
+    assert_eq!(changes.try_recv().expect("a different failure"), source);
+    assert!(
+        changes.try_recv().is_err(),
+        "repeats of one failure were broadcast"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_version_never_replaces_a_good_one() {
     let engine = PluginEngine::new().expect("engine");
     let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());

@@ -313,3 +313,110 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
     assert_eq!(error.reason(), "FetchFailed", "{error}");
     Ok(())
 }
+
+/// A host restarted while its plugin cannot load (registry down, empty cache) must not let an
+/// App's deletion skip the plugin's `finalize`: the finalizer stays until a host that can load
+/// the plugin (here, one with the compiled cache) finalizes, and the claims of a
+/// `retention: Delete` App then go.
+#[tokio::test]
+async fn deletion_waits_for_the_plugin_across_a_restart() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::{
+        ResourceExt,
+        api::{DeleteParams, ListParams},
+    };
+    use serde_json::json;
+    use wasmop_host::app::App;
+
+    use crate::apps::{Host, app, ready_at, wait_app};
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-final").await?;
+    let mut registry = PrivateRegistry::start().await?;
+    let reference = format!("{}/plugins/kvstore:1.0", registry.addr);
+    OciSource::new(None, vec![])?
+        .push(&reference, &component("kvstore.wasm")?)
+        .await?;
+    let cache = TempDir(std::env::temp_dir().join(unique("wasmop-final-cache")));
+    let key = std::env::temp_dir().join(unique("wasmop-final-key"));
+    std::fs::write(&key, unique("key").repeat(4))?;
+    let (cache_arg, key_arg) = (cache.0.display().to_string(), key.display().to_string());
+    let cached = [
+        "--cache-dir",
+        cache_arg.as_str(),
+        "--cache-key-file",
+        key_arg.as_str(),
+    ];
+
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    let claims = || async {
+        let list = pvcs
+            .list(&ListParams::default().labels("wasmop.dev/app=kv"))
+            .await?;
+        anyhow::Ok(
+            list.items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count(),
+        )
+    };
+    {
+        let _host = Host::start_with(&local, &ns.name, &cached, &unique("final-1")).await?;
+        let config = json!({"replicas": 1, "retention": "Delete"});
+        apps.create(
+            &PostParams::default(),
+            &app("kv", json!({"image": reference}), "7.2.4", config)?,
+        )
+        .await?;
+        wait_app(
+            &apps,
+            "kv",
+            "Ready",
+            Duration::from_secs(60),
+            ready_at(1, "7.2.4"),
+        )
+        .await?;
+        wait_for("its claim", Duration::from_secs(30), || async {
+            Ok((claims().await? >= 1).then_some(()))
+        })
+        .await?;
+    }
+
+    // Registry down, and a host with an empty cache: the plugin cannot load.
+    registry.stop().await?;
+    {
+        let _host = Host::start(&local, &ns.name).await?;
+        apps.delete("kv", &DeleteParams::default()).await?;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let waiting = apps
+            .get_opt("kv")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the App went without its plugin's finalize"))?;
+        assert!(
+            waiting
+                .finalizers()
+                .iter()
+                .any(|f| f == "wasmop.dev/cleanup"),
+            "the finalizer was removed while the plugin could not load"
+        );
+        assert!(claims().await? >= 1, "claims went without finalize");
+    }
+
+    // A host that can load the plugin from its compiled cache finalizes: the App and, under
+    // retention Delete, its claims go.
+    let _host = Host::start_with(&local, &ns.name, &cached, &unique("final-3")).await?;
+    wait_for(
+        "the App to be finalized",
+        Duration::from_secs(60),
+        || async { Ok(apps.get_opt("kv").await?.is_none().then_some(())) },
+    )
+    .await?;
+    wait_for("its claims to go", Duration::from_secs(30), || async {
+        Ok((claims().await? == 0).then_some(()))
+    })
+    .await?;
+    let _ = std::fs::remove_file(&key);
+    ns.delete().await
+}

@@ -227,12 +227,28 @@ impl PluginRegistry {
             .remove(source);
     }
 
-    /// Records that fetching `source` failed; the version in service stays.
+    /// Records that fetching `source` failed; the version in service stays. Apps are told only
+    /// when the failure is new or different: while a registry stays down, every poll fails the
+    /// same way, and reconciling every App on the source at each poll would bypass their
+    /// backoff for nothing.
     pub fn record_failure(&self, source: &SourceRef, error: LoadError) {
         self.metrics.load("error", error.reason());
-        tracing::warn!(source = %source, reason = error.reason(), error = %error, "plugin source failed; keeping the version in service");
-        self.set_error(source, error);
-        let _ = self.changes.send(source.clone());
+        let changed = {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.entry(source.clone()).or_default();
+            let same = entry
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.to_string() == error.to_string());
+            entry.last_error = Some(error.clone());
+            !same
+        };
+        if changed {
+            tracing::warn!(source = %source, reason = error.reason(), error = %error, "plugin source failed; keeping the version in service");
+            let _ = self.changes.send(source.clone());
+        } else {
+            tracing::debug!(source = %source, reason = error.reason(), "plugin source still failing");
+        }
     }
 
     /// Compiles and validates `fetched` beside the version in service and swaps it in, or

@@ -67,6 +67,12 @@ pub fn running(observed: &[ObservedObject]) -> bool {
     })
 }
 
+/// Whether `slot` comes after the last slot started (slots sort in tick order, as the WIT
+/// contract requires): a backup the host already ran is never run again.
+pub fn is_new_slot(last: Option<&BackupStatus>, slot: &str) -> bool {
+    last.is_none_or(|last| slot > last.slot.as_str())
+}
+
 /// Creates the backup Job for `slot`; `Ok(false)` when the slot's Job already exists.
 pub async fn start(
     client: &Client,
@@ -133,6 +139,20 @@ pub async fn expire(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_at_or_before_the_last_started_never_runs_again() {
+        let last = BackupStatus {
+            slot: "20261205-100000".into(),
+            job: "kv-backup-20261205-100000".into(),
+            completed: true,
+        };
+        assert!(is_new_slot(None, "20261205-100000"));
+        assert!(is_new_slot(Some(&last), "20261205-110000"));
+        // The same slot once its Job expired, and an earlier one: never again.
+        assert!(!is_new_slot(Some(&last), "20261205-100000"));
+        assert!(!is_new_slot(Some(&last), "20261205-090000"));
+    }
 
     #[test]
     fn job_names_are_stable_and_bounded() {

@@ -122,6 +122,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Deletion waits for something (the policy, the plugin) before it may finish. An error,
+    /// not an `Ok` requeue: the finalizer helper removes the finalizer on any `Ok` from cleanup.
+    #[error("App {app}: deletion waits: {message}")]
+    Waiting {
+        /// `namespace/name` of the App.
+        app: String,
+        /// What it waits for, and how to stop waiting.
+        message: String,
+    },
     /// The finalizer helper failed.
     #[error("App {app}: finalizer: {message}")]
     Finalizer {
@@ -137,6 +146,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Kube { .. } => "kube",
+            Self::Waiting { .. } => "waiting",
             Self::Finalizer { .. } => "finalizer",
         }
     }
@@ -668,7 +678,12 @@ async fn run_stages(
             Ok(decision) => decision,
             Err(err) => return Ok(Err(err.into())),
         };
-        if let Some((slot, job)) = decision.run {
+        // A slot at or before the last one started never runs again, even once its Job expired
+        // or was deleted (the Job's name alone guards a slot only while the Job exists).
+        if let Some((slot, job)) = decision
+            .run
+            .filter(|(slot, _)| backup::is_new_slot(previous.last_backup.as_ref(), slot))
+        {
             // A backup Job is a pod like any planned one: the same policy holds, and its pods
             // may run as the ServiceAccounts the App's plan created.
             let accounts: BTreeSet<String> = observed
@@ -849,8 +864,12 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         .collect();
     // A refused namespace never loaded the App's plugin, and deleting the App must not load it
     // either; a namespace not resolved yet is waited for.
+    let waiting = |message: String| Error::Waiting {
+        app: app_key(app),
+        message,
+    };
     let policy = match governing(ctx, &namespace) {
-        None => return Ok(Action::requeue(POLICY_WAIT)),
+        None => return Err(waiting("the namespace's policy is not known yet".into())),
         Some(Err(reason)) => {
             let message = format!(
                 "kept {} retained objects without calling the plugin: {reason}",
@@ -878,11 +897,23 @@ async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         ctx.sources.ensure(s);
         ctx.plugins.get(s)
     });
-    if let Some(state) = &state
+    // The plugin decides what deletion does (retention): until it is loaded (as after every
+    // restart) or while its source fails, deletion waits rather than skipping `finalize`.
+    if let (Some(source), Some(state)) = (&source, &state)
         && state.current.is_none()
-        && state.last_error.is_none()
     {
-        return Ok(Action::requeue(SHORT_REQUEUE));
+        let why = match &state.last_error {
+            None => format!("plugin {source} is loading"),
+            Some(err) => format!(
+                "plugin {source} cannot be loaded ({}): {err}; remove the finalizer \
+                 {FINALIZER} to delete without it",
+                err.reason()
+            ),
+        };
+        if state.last_error.is_some() {
+            publish(ctx, app, EventType::Warning, "FinalizeWaiting", &why).await;
+        }
+        return Err(waiting(why));
     }
     let loaded = state.and_then(|s| s.current);
     let Some(loaded) = loaded.filter(|l| {
