@@ -128,6 +128,26 @@ pub async fn run(
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     let swaps = plugin_changes(runtime, apps.clone());
+    // A source stays loaded while an App of this controller references it, however long that
+    // App waits between reconciles. An App whose policy is not known yet counts as a user.
+    {
+        let apps = apps.clone();
+        let policies = settings.policies.clone();
+        runtime
+            .watcher
+            .add_users(Arc::new(move |source: &SourceRef| {
+                apps.state().iter().any(|app| {
+                    let namespace = app.namespace().unwrap_or_default();
+                    let rules = match policies.resolve(&namespace) {
+                        None => return true,
+                        Some(Resolution::Governed { rules, .. }) => rules.oci,
+                        Some(Resolution::Refused { .. }) => return false,
+                    };
+                    SourceRef::from_spec(&namespace, &app.spec.plugin, &rules)
+                        .is_ok_and(|s| s == *source)
+                })
+            }));
+    }
     let policy_moves = policy_changes(settings.policies.clone(), apps.clone());
 
     let sync: BoxFuture<'static, ()> = {

@@ -31,7 +31,12 @@ pub struct SourceWatcher {
     poll_interval: Duration,
     file_root: Option<PathBuf>,
     tasks: Mutex<HashMap<SourceRef, Driver>>,
+    /// Who says whether an App still references a source (one per controller).
+    users: Mutex<Vec<Users>>,
 }
+
+/// Whether some App still references a source.
+pub type Users = Arc<dyn Fn(&SourceRef) -> bool + Send + Sync>;
 
 /// One source's driver task and when an App last asked for the source.
 struct Driver {
@@ -62,6 +67,7 @@ impl SourceWatcher {
             poll_interval,
             file_root,
             tasks: Mutex::new(HashMap::new()),
+            users: Mutex::new(Vec::new()),
         });
         // Without this, every reference ever written in an App (typos, rotated tags) would
         // keep a poller and a compiled plugin alive forever.
@@ -78,13 +84,25 @@ impl SourceWatcher {
         this
     }
 
-    /// Stops following, and unloads, sources no App asked for within `idle`.
+    /// Adds a check of whether an App still references a source: a source any check claims is
+    /// never unloaded, however long since an App last asked for it.
+    pub fn add_users(&self, users: Users) {
+        self.users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(users);
+    }
+
+    /// Stops following, and unloads, sources no App asked for within `idle` and none still
+    /// references: keep-last-good holds for as long as an App may need the version it keeps.
     pub fn forget_idle(&self, idle: Duration) {
+        let users: Vec<Users> = self.users.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
         let stale: Vec<SourceRef> = tasks
             .iter()
             .filter(|(_, d)| d.last_used.elapsed() > idle)
             .map(|(s, _)| s.clone())
+            .filter(|s| !users.iter().any(|in_use| in_use(s)))
             .collect();
         for source in stale {
             if let Some(driver) = tasks.remove(&source) {
@@ -359,5 +377,44 @@ async fn drive_file(
         }
         tokio::time::sleep(FILE_SETTLE).await;
         while rx.try_recv().is_ok() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::{engine::PluginEngine, metrics::PluginMetrics};
+
+    fn watcher() -> Arc<SourceWatcher> {
+        let engine = PluginEngine::new().expect("an engine");
+        let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+        let oci = OciSource::new(None, Vec::new()).expect("no file to read");
+        SourceWatcher::new(registry, Arc::new(oci), None, Duration::from_secs(60), None)
+    }
+
+    fn followed(watcher: &SourceWatcher, source: &SourceRef) -> bool {
+        let tasks = watcher.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.contains_key(source)
+    }
+
+    #[tokio::test]
+    async fn a_source_an_app_still_references_is_never_unloaded() {
+        let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/x:1"));
+        let other = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/y:1"));
+
+        let referenced = watcher();
+        let wanted = source.clone();
+        referenced.add_users(Arc::new(move |s: &SourceRef| *s == wanted));
+        referenced.ensure(&source);
+        referenced.ensure(&other);
+        referenced.forget_idle(Duration::ZERO);
+        assert!(
+            followed(&referenced, &source),
+            "a referenced source was unloaded"
+        );
+        assert!(
+            !followed(&referenced, &other),
+            "an unreferenced idle source stayed"
+        );
     }
 }
