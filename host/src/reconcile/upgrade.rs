@@ -39,12 +39,14 @@ pub fn step(desired: &str, rolled_out: Option<&str>, upgrade: Option<&UpgradeSta
             version: desired.to_string(),
         },
         Some(current) => match upgrade {
-            Some(u) if u.to == desired && u.from == current && u.state == "Allowed" => {
-                Step::Rolling {
-                    from: current.to_string(),
-                    to: desired.to_string(),
-                }
-            }
+            // An allowed step in flight finishes first, even if the target moved meanwhile:
+            // asking the gate about the new target now would render `current` again while it
+            // waits, rolling the half-done step back. The new target is asked about once the
+            // step has rolled out.
+            Some(u) if u.from == current && u.state == "Allowed" => Step::Rolling {
+                from: current.to_string(),
+                to: u.to.clone(),
+            },
             _ => Step::AskGate {
                 from: current.to_string(),
                 to: desired.to_string(),
@@ -126,11 +128,31 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_target_mid_rollout_asks_again() {
+    fn a_changed_target_mid_rollout_finishes_the_step_then_asks_again() {
         let (_, record) = after_gate("7.2.4", "7.3.0", &GateDecision::Allow);
-        assert!(matches!(
+        // The target moves to 7.4.0 while 7.3.0 rolls out: 7.3.0 keeps rolling (no roll back
+        // to 7.2.4 while the gate is asked about 7.4.0)...
+        assert_eq!(
             step("7.4.0", Some("7.2.4"), Some(&record)),
-            Step::AskGate { .. }
-        ));
+            Step::Rolling {
+                from: "7.2.4".into(),
+                to: "7.3.0".into()
+            }
+        );
+        // ...and once 7.3.0 rolled out, the gate is asked about 7.3.0 -> 7.4.0.
+        assert_eq!(
+            step("7.4.0", Some("7.3.0"), Some(&record)),
+            Step::AskGate {
+                from: "7.3.0".into(),
+                to: "7.4.0".into()
+            }
+        );
+        // Going back to the rolled-out version is the user's call: it renders at once.
+        assert_eq!(
+            step("7.2.4", Some("7.2.4"), Some(&record)),
+            Step::Steady {
+                version: "7.2.4".into()
+            }
+        );
     }
 }
