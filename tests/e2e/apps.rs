@@ -666,20 +666,7 @@ async fn deletion_honours_the_retention_policy() -> anyhow::Result<()> {
         );
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
-    let claims_of = |app: &'static str| {
-        let pvcs = pvcs.clone();
-        async move {
-            let list = pvcs
-                .list(&ListParams::default().labels(&format!("wasmop.dev/app={app}")))
-                .await?;
-            anyhow::Ok(
-                list.items
-                    .into_iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .count(),
-            )
-        }
-    };
+    let claims_of = |app: &'static str| live_claims(&pvcs, app);
     wait_for("claims of both Apps", Duration::from_secs(30), || async {
         Ok((claims_of("kept").await? >= 2 && claims_of("gone").await? >= 2).then_some(()))
     })
@@ -709,8 +696,20 @@ async fn deletion_honours_the_retention_policy() -> anyhow::Result<()> {
     ns.delete().await
 }
 
+/// How many claims labelled for App `app` exist and are not being deleted.
+pub async fn live_claims(pvcs: &Api<PersistentVolumeClaim>, app: &str) -> anyhow::Result<usize> {
+    let list = pvcs
+        .list(&ListParams::default().labels(&format!("wasmop.dev/app={app}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .count())
+}
+
 /// Creates a one-replica kvstore App from `image` and waits until it is Ready.
-async fn create_one_replica_app(
+pub async fn create_one_replica_app(
     apps: &Api<App>,
     name: &str,
     image: &str,

@@ -9,9 +9,26 @@ use serde_json::json;
 use wasmop_host::app::App;
 
 use crate::{
-    apps::{Host, app, push_kvstore, ready_at, wait_app},
+    apps::{Host, app, create_one_replica_app, push_kvstore, ready_at, wait_app},
     harness::{Local, TestNamespace, unique, wait_for},
 };
+
+/// A copy of the local kubeconfig that acts as `account` (`--as`), so that a host started with it
+/// has that account's rights and nothing else.
+fn impersonating_kubeconfig(local: &Local, account: &str) -> anyhow::Result<std::path::PathBuf> {
+    let text = std::fs::read_to_string(&local.kubeconfig)?;
+    let impersonating = text.replace(
+        "    client-key:",
+        &format!("    as: {account}\n    client-key:"),
+    );
+    anyhow::ensure!(
+        impersonating != text,
+        "could not add impersonation to the kubeconfig"
+    );
+    let path = std::env::temp_dir().join(unique("wasmop-impersonating-kubeconfig"));
+    std::fs::write(&path, impersonating)?;
+    Ok(path)
+}
 
 fn kubectl(local: &Local) -> anyhow::Result<Command> {
     let env = std::fs::read_to_string(local.kubeconfig.with_file_name("env"))?;
@@ -65,17 +82,8 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
     );
 
     // The host with the ServiceAccount's permissions and nothing else.
-    let kubeconfig_text = std::fs::read_to_string(&local.kubeconfig)?;
-    let impersonating = kubeconfig_text.replace(
-        "    client-key:",
-        "    as: system:serviceaccount:wasmop-system:wasmop\n    client-key:",
-    );
-    anyhow::ensure!(
-        impersonating != kubeconfig_text,
-        "could not add impersonation to the kubeconfig"
-    );
-    let kubeconfig = std::env::temp_dir().join(unique("wasmop-sa-kubeconfig"));
-    std::fs::write(&kubeconfig, impersonating)?;
+    let kubeconfig =
+        impersonating_kubeconfig(&local, "system:serviceaccount:wasmop-system:wasmop")?;
     // The impersonation is real: the ServiceAccount may not read Secrets.
     let sa = Local {
         kubeconfig: kubeconfig.clone(),
@@ -358,13 +366,7 @@ async fn the_namespaced_install_grants_rights_only_where_it_watches() -> anyhow:
     }
 
     // The host with exactly those rights, watching the one namespace, reconciles an App.
-    let kubeconfig_text = std::fs::read_to_string(&local.kubeconfig)?;
-    let impersonating = kubeconfig_text.replace(
-        "    client-key:",
-        &format!("    as: {account}\n    client-key:"),
-    );
-    let kubeconfig = std::env::temp_dir().join(unique("wasmop-nsi-kubeconfig"));
-    std::fs::write(&kubeconfig, impersonating)?;
+    let kubeconfig = impersonating_kubeconfig(&local, &account)?;
     let image = push_kvstore(&local).await?;
     let args = [
         "--leader-elect",
@@ -374,22 +376,11 @@ async fn the_namespaced_install_grants_rights_only_where_it_watches() -> anyhow:
     ];
     let host = Host::start_as(&kubeconfig, &watched.name, &args, &unique("nsi-host")).await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &watched.name);
-    apps.create(
-        &PostParams::default(),
-        &app(
-            "nsi",
-            json!({"image": image}),
-            "7.2.4",
-            json!({"replicas": 1}),
-        )?,
-    )
-    .await?;
-    wait_app(
+    create_one_replica_app(
         &apps,
         "nsi",
+        &image,
         "Ready with only the namespaced rights",
-        Duration::from_secs(90),
-        ready_at(1, "7.2.4"),
     )
     .await?;
     drop(host);

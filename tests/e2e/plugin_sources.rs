@@ -321,14 +321,11 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
 #[tokio::test]
 async fn deletion_waits_for_the_plugin_across_a_restart() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use kube::{
-        ResourceExt,
-        api::{DeleteParams, ListParams},
-    };
+    use kube::{ResourceExt, api::DeleteParams};
     use serde_json::json;
     use wasmop_host::app::App;
 
-    use crate::apps::{Host, app, ready_at, wait_app};
+    use crate::apps::{Host, app, live_claims, ready_at, wait_app};
 
     let local = Local::discover()?;
     let client = local.client().await?;
@@ -351,17 +348,7 @@ async fn deletion_waits_for_the_plugin_across_a_restart() -> anyhow::Result<()> 
 
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
-    let claims = || async {
-        let list = pvcs
-            .list(&ListParams::default().labels("wasmop.dev/app=kv"))
-            .await?;
-        anyhow::Ok(
-            list.items
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .count(),
-        )
-    };
+    let claims = || live_claims(&pvcs, "kv");
     {
         let _host = Host::start_with(&local, &ns.name, &cached, &unique("final-1")).await?;
         let config = json!({"replicas": 1, "retention": "Delete"});

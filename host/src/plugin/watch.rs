@@ -247,17 +247,15 @@ async fn drive_oci(
             match client.fetch(&source, &oci).await {
                 Ok((resolved, fetched)) => {
                     let digest = fetched.digest.clone();
-                    last_manifest = Some(resolved.manifest);
                     if offer(&registry, &source, fetched).await {
                         wait = poll;
-                        if let Some(cache) = registry.cache()
-                            && let Ok(key) = client.cache_key(&source, &oci).await
-                        {
-                            cache.remember_ref(&key, &digest);
+                        if let Some(cache) = registry.cache() {
+                            cache.remember_ref(&resolved.cache_key, &digest);
                         }
                     } else {
                         wait = (wait * 2).min(REFUSED_BACKOFF.max(poll));
                     }
+                    last_manifest = Some(resolved.manifest);
                 }
                 // Not remembered as seen: the signature may be added later, and the next poll
                 // reads it again. That costs two small manifest reads, as a poll does (the

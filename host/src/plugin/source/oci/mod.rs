@@ -59,6 +59,10 @@ pub struct OciSource {
 pub struct Resolved {
     /// The manifest digest (what a tag moves between).
     pub manifest: String,
+    /// The on-disk cache's key for the source as it was just read (see [`OciSource::cache_key`]),
+    /// from the credentials this read used: remembering a version costs no second read of the
+    /// App's pull secrets.
+    pub cache_key: String,
 }
 
 impl OciSource {
@@ -276,6 +280,7 @@ impl OciSource {
             .map_err(|err| fetch_error(source, format!("resolving {reference}: {err}")))?;
         Ok(Resolved {
             manifest: digest.to_string(),
+            cache_key: oci.cache_key(target.credentials.as_ref()),
         })
     }
 
@@ -356,6 +361,7 @@ impl OciSource {
         Ok((
             Resolved {
                 manifest: manifest_digest.to_string(),
+                cache_key: oci.cache_key(target.credentials.as_ref()),
             },
             Fetched::new(bytes),
         ))

@@ -838,6 +838,26 @@ mod tests {
     }
 
     #[test]
+    fn tokens_are_kept_apart_by_the_credentials_that_got_them() {
+        let target = |credentials: Option<(&str, &str)>| Target {
+            base: Url::parse("https://ghcr.io").expect("url"),
+            repository: "acme/db".into(),
+            credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
+            realm_hosts: None,
+        };
+        let anonymous = target(None).token_key();
+        let tenant_a = target(Some(("a", "secret-a"))).token_key();
+        let tenant_b = target(Some(("a", "secret-b"))).token_key();
+        assert_ne!(anonymous, tenant_a);
+        assert_ne!(tenant_a, tenant_b);
+        assert_eq!(tenant_a, target(Some(("a", "secret-a"))).token_key());
+        assert!(
+            !tenant_a.2.contains("secret-a"),
+            "the key holds the password"
+        );
+    }
+
+    #[test]
     fn excerpts_are_short_and_escaped() {
         assert_eq!(excerpt("a\nb"), "\"a\\nb\"");
         assert!(excerpt(&"x".repeat(500)).len() < 130);
