@@ -1,10 +1,11 @@
 //! The `App` custom resource (`apps.wasmop.dev/v1alpha1`): one instance of a service, the plugin
 //! that knows how to run it, and the status the host reports back.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use wasmop_core::status::{AppStatus, BackupStatus, PluginStatus, UpgradeStatus};
 
 /// Desired state of an App.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -96,81 +97,6 @@ pub struct PluginLimits {
     /// Memory cap of one plugin instance, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
-}
-
-/// Observed state of an App, written only by the host.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AppStatus {
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// One word summary: Pending, Progressing, Ready, Degraded, Failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// The service version that is rolled out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// The plugin version currently serving this App.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<PluginStatus>,
-    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated, and
-    /// the plugin's own.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// The most recent backup the host started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_backup: Option<BackupStatus>,
-    /// The version step in flight, while `spec.version` differs from `status.version`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<UpgradeStatus>,
-}
-
-/// A backup the host started.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupStatus {
-    /// The schedule slot it ran for.
-    pub slot: String,
-    /// The Job that runs it.
-    pub job: String,
-    /// Whether the Job completed successfully.
-    #[serde(default)]
-    pub completed: bool,
-}
-
-/// A version step and what the plugin's gate said about it.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UpgradeStatus {
-    /// The rolled-out version.
-    pub from: String,
-    /// The desired version.
-    pub to: String,
-    /// `Allowed` (rolling out), `Waiting` or `Denied`.
-    pub state: String,
-    /// The gate's reason for waiting or denying.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
-
-/// Which plugin serves an App.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginStatus {
-    /// The source reference as written in the spec.
-    #[serde(rename = "ref")]
-    pub reference: String,
-    /// Content digest of the loaded component (`sha256:...`).
-    pub digest: String,
-    /// The first 12 hex digits of the digest, for printer columns.
-    pub short_digest: String,
-    /// Capabilities the component exports.
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    /// When this digest was loaded (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loaded_at: Option<String>,
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

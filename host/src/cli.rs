@@ -74,7 +74,7 @@ pub enum PluginCommand {
         #[arg(long)]
         observed: Option<PathBuf>,
         /// Which capability to run.
-        #[arg(long, value_enum, default_value_t = RunCapability::All)]
+        #[arg(long, value_enum, default_value_t = RunCapability::Reconcile)]
         capability: RunCapability,
         /// The clock the plugin sees (RFC 3339); default: now.
         #[arg(long)]
@@ -123,8 +123,11 @@ pub enum RunCapability {
     Upgrade,
     /// `finalize.cleanup` on the observed PersistentVolumeClaims.
     Finalize,
-    /// Every capability the plugin has.
+    /// Every capability the plugin has, each answer as the plugin gave it.
     All,
+    /// One reconcile as the host would do it: the objects it would apply (stamped with the
+    /// host's labels and owner reference), prune and create, the status and the events.
+    Reconcile,
 }
 
 /// Options of `wasmop run`.

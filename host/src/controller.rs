@@ -44,6 +44,8 @@ pub struct Settings {
     pub health: ApiHealth,
     /// Which PluginPolicy governs each namespace; its changes re-reconcile the Apps they affect.
     pub policies: Arc<PolicyView>,
+    /// The reconcile loop's metrics.
+    pub metrics: reconcile::execute::ReconcileMetrics,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -189,6 +191,7 @@ pub async fn run(
         failures: Default::default(),
         health: settings.health.clone(),
         policies: settings.policies.clone(),
+        metrics: settings.metrics.clone(),
     });
     controller
         .owns_stream(sts_stream)

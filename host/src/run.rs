@@ -115,6 +115,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("wasmop");
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
+    let reconcile_metrics = crate::reconcile::execute::ReconcileMetrics::register(&mut registry);
     let probes = Probes::new(registry, runtime.registry.clone(), health.clone())
         .debug_from_anywhere(args.debug_from_anywhere);
     let api_probe = tokio::spawn(health.clone().probe_forever(client.clone()));
@@ -197,6 +198,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             concurrency: args.concurrency,
             health: health.clone(),
             policies: policies.clone(),
+            metrics: reconcile_metrics.clone(),
         };
         controller::run(
             client.clone(),

@@ -207,7 +207,7 @@ pub use serde_json;
 /// Used by [`export!`]; not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::runtime::Exported;
+    pub use crate::runtime::{Exported, Native, check, gate, plan, schedule};
 }
 
 /// Exports a plugin type as the component's implementation.
@@ -271,6 +271,12 @@ macro_rules! export {
         impl $crate::__private::Exported for $plugin {
             const CAPABILITIES: &'static [$crate::Capability] =
                 &[$($($crate::Capability::$capability),+)?];
+            const NATIVE: $crate::__private::Native = {
+                #[allow(unused_mut)]
+                let mut native = $crate::__private::Native::NONE;
+                $($($crate::__native_capability!(native, $plugin, $capability);)+)?
+                native
+            };
         }
 
         #[cfg(target_arch = "wasm32")]
@@ -283,6 +289,27 @@ macro_rules! export {
 
         $($($crate::__export_capability!($plugin, $capability);)+)?
     };
+}
+
+/// One capability of [`export!`] as a native function.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __native_capability {
+    ($native:ident, $plugin:ident, SpecDiff) => {
+        $native.plan = Some($crate::__private::plan::<$plugin>);
+    };
+    ($native:ident, $plugin:ident, Health) => {
+        $native.check = Some($crate::__private::check::<$plugin>);
+    };
+    ($native:ident, $plugin:ident, Backup) => {
+        $native.schedule = Some($crate::__private::schedule::<$plugin>);
+    };
+    ($native:ident, $plugin:ident, Upgrade) => {
+        $native.gate = Some($crate::__private::gate::<$plugin>);
+    };
+    // `finalize` is not part of a reconcile; an unknown name is reported by
+    // `__export_capability`.
+    ($native:ident, $plugin:ident, $other:ident) => {};
 }
 
 /// One capability of [`export!`].

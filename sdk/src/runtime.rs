@@ -21,6 +21,42 @@ use crate::upgrade::{Upgrade, UpgradeDecision, UpgradeInput};
 pub trait Exported: Plugin {
     /// Exactly the capability interfaces the component exports.
     const CAPABILITIES: &'static [Capability];
+    /// The same capabilities as plain functions, for native runs of the whole reconcile
+    /// ([`Fixture::reconcile`](crate::testing::Fixture::reconcile)).
+    const NATIVE: Native;
+}
+
+/// `spec-diff.plan` as a function: app, observed, current version, target version, now.
+pub type PlanFn = fn(&str, Vec<String>, Option<String>, String, i64) -> Result<RawPlan>;
+/// `health.check` as a function: app, observed, version, now.
+pub type CheckFn = fn(&str, Vec<String>, String, i64) -> Result<HealthReport>;
+/// `backup.schedule` as a function: app, observed, last completed slot, now.
+pub type ScheduleFn = fn(&str, Vec<String>, Option<String>, i64) -> Result<RawBackupDecision>;
+/// `upgrade.gate` as a function: app, observed, from, to, now.
+pub type GateFn = fn(&str, Vec<String>, String, String, i64) -> Result<UpgradeDecision>;
+
+/// The exported capabilities as functions, `None` where the plugin does not export one; built
+/// by [`export!`](crate::export) from the same list as [`Exported::CAPABILITIES`].
+#[derive(Clone, Copy)]
+pub struct Native {
+    /// `spec-diff`.
+    pub plan: Option<PlanFn>,
+    /// `health`.
+    pub check: Option<CheckFn>,
+    /// `backup`.
+    pub schedule: Option<ScheduleFn>,
+    /// `upgrade`.
+    pub gate: Option<GateFn>,
+}
+
+impl Native {
+    /// No capability.
+    pub const NONE: Native = Native {
+        plan: None,
+        check: None,
+        schedule: None,
+        gate: None,
+    };
 }
 
 /// A plan with its objects serialized.

@@ -37,6 +37,13 @@ use crate::runtime::{self, Exported};
 use crate::spec_diff::{Plan, SpecDiff};
 use crate::upgrade::{Upgrade, UpgradeDecision};
 
+#[cfg(not(target_arch = "wasm32"))]
+mod reconcile;
+
+/// The decision core's types, for what [`Fixture::reconcile`] returns.
+#[cfg(not(target_arch = "wasm32"))]
+pub use wasmop_core as core;
+
 /// The clock fixtures start with: 2025-01-01T00:00:00Z.
 pub const DEFAULT_NOW_MS: i64 = 1_735_689_600_000;
 

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use wasmop_host::{app::App, plugin::source::oci::OciSource};
 
 use crate::harness::{
-    Local, TestNamespace, component, free_port, plugin_configmap, unique, wait_for, wait_http_ok,
+    Local, TestNamespace, component, free_port, metric_sum, plugin_configmap, unique, wait_for,
+    wait_http_ok,
 };
 
 /// A `wasmop run` process watching one namespace, stopped when dropped.
@@ -758,6 +759,12 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
 
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     create_one_replica_app(&apps, "one", &image, "Ready under the first leader").await?;
+    // The standby reconciled nothing and wrote nothing while the first replica led, and the
+    // leader did (so the counters are the ones that would show it).
+    let metrics = second.url("/metrics");
+    assert_eq!(metric_sum(&metrics, "wasmop_reconcile_total").await?, 0.0);
+    assert_eq!(metric_sum(&metrics, "wasmop_api_writes_total").await?, 0.0);
+    assert!(metric_sum(&first.url("/metrics"), "wasmop_api_writes_total").await? > 0.0);
 
     drop(first);
     let next = format!("{}-b", ns.name);
@@ -769,5 +776,55 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
     .await?;
     create_one_replica_app(&apps, "two", &image, "Ready under the new leader").await?;
     drop(second);
+    ns.delete().await
+}
+
+/// The operator checklist's first rule, on the real control plane: once an App is Ready, a
+/// reconcile (here forced by touching the App's metadata, and any Pod or StatefulSet status
+/// update meanwhile) writes nothing: no apply, no delete, no status patch.
+#[tokio::test]
+async fn a_ready_app_reconciles_without_writing() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-idem").await?;
+    let image = push_kvstore(&local).await?;
+    let host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    create_one_replica_app(&apps, "steady", &image, "Ready").await?;
+    let metrics = host.url("/metrics");
+    let writes = || metric_sum(&metrics, "wasmop_api_writes_total");
+    let reconciles = || metric_sum(&metrics, "wasmop_reconcile_total");
+    // Pods and the StatefulSet settle after Ready; wait until writes stop.
+    let mut before = writes().await?;
+    for attempt in 0.. {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = writes().await?;
+        if now == before {
+            break;
+        }
+        anyhow::ensure!(attempt < 10, "writes did not settle after Ready: {now}");
+        before = now;
+    }
+    assert!(before > 0.0, "the App's objects were written once");
+    let reconciled = reconciles().await?;
+    apps.patch(
+        "steady",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
+    )
+    .await?;
+    wait_for(
+        "a reconcile after the touch",
+        Duration::from_secs(20),
+        || async { Ok((reconciles().await? > reconciled).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        writes().await?,
+        before,
+        "a Ready App's reconcile writes nothing"
+    );
+    drop(host);
     ns.delete().await
 }

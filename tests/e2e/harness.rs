@@ -218,3 +218,20 @@ pub async fn wait_http_ok(what: &str, url: &str, timeout: Duration) -> anyhow::R
     })
     .await
 }
+
+/// The sum over all label sets of the Prometheus series `name` at `url` (`/metrics`); 0 when
+/// the host has not recorded any.
+pub async fn metric_sum(url: &str, name: &str) -> anyhow::Result<f64> {
+    let text = reqwest::get(url).await?.error_for_status()?.text().await?;
+    let mut sum = 0.0;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let series_name = series.split('{').next().unwrap_or(series);
+        if series_name == name {
+            sum += value.parse::<f64>()?;
+        }
+    }
+    Ok(sum)
+}

@@ -13,14 +13,9 @@ use kube::{Resource, ResourceExt, runtime::reflector::Store};
 use serde::Serialize;
 use serde_json::Value;
 
-/// The label every object of an App carries.
-pub const APP_LABEL: &str = "wasmop.dev/app";
-/// The label on the host's backup Jobs: which slot they ran for.
-pub const BACKUP_SLOT_LABEL: &str = "wasmop.dev/backup-slot";
-/// The label naming who manages an object.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Our value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "wasmop";
+pub use wasmop_core::observed::{
+    APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
+};
 
 /// Reflector caches of every kind the host observes.
 #[derive(Clone)]
@@ -43,41 +38,6 @@ pub struct Stores {
     pub pods: Store<Pod>,
     /// Claims of App workloads.
     pub pvcs: Store<PersistentVolumeClaim>,
-}
-
-/// An observed object, as JSON for the plugin, with what the host needs to know about it.
-#[derive(Debug, Clone)]
-pub struct ObservedObject {
-    /// `apiVersion` of the object.
-    pub api_version: String,
-    /// `kind` of the object.
-    pub kind: String,
-    /// `metadata.name`.
-    pub name: String,
-    /// Whether the App is its controlling owner.
-    pub owned: bool,
-    /// The backup slot label, for backup Jobs.
-    pub backup_slot: Option<String>,
-    /// The object as JSON, without `managedFields` (noise to a plugin).
-    pub json: Value,
-}
-
-/// What of `observed` a plugin is shown, as the WIT states it: objects of its `owns` kinds the
-/// App controls (claims, which never carry an owner reference, by label), objects of its
-/// `observes` kinds labelled with the App, and the App's backup Jobs when it backs up. A plugin
-/// sees nothing else of the namespace.
-pub fn visible_to<'a>(
-    observed: &'a [ObservedObject],
-    owns: &'a [String],
-    observes: &'a [String],
-    backs_up: bool,
-) -> impl Iterator<Item = &'a ObservedObject> + 'a {
-    observed.iter().filter(move |o| {
-        let key = format!("{}/{}", o.api_version, o.kind);
-        (owns.contains(&key) && (o.owned || o.kind == "PersistentVolumeClaim"))
-            || observes.contains(&key)
-            || (backs_up && o.kind == "Job" && o.owned && o.backup_slot.is_some())
-    })
 }
 
 fn collect<K>(
@@ -156,7 +116,7 @@ pub async fn observe_extra(
     let mut out = Vec::new();
     for kind in kinds {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &super::apply::api_resource(kind));
+            Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
         let list = api
             .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
             .await
@@ -209,45 +169,5 @@ impl Stores {
         collect(&mut out, &self.pvcs, namespace, name, uid);
         out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn object(api_version: &str, kind: &str, name: &str, owned: bool) -> ObservedObject {
-        ObservedObject {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            name: name.into(),
-            owned,
-            backup_slot: (kind == "Job").then(|| "s1".to_string()),
-            json: Value::Null,
-        }
-    }
-
-    #[test]
-    fn a_plugin_sees_only_what_it_owns_observes_or_backs_up() {
-        let observed = vec![
-            object("v1", "ConfigMap", "mine", true),
-            object("v1", "ConfigMap", "labelled-only", false),
-            object("apps/v1", "StatefulSet", "undeclared", true),
-            object("v1", "Pod", "p", false),
-            object("v1", "PersistentVolumeClaim", "claim", false),
-            object("batch/v1", "Job", "backup", true),
-        ];
-        let owns = vec![
-            "v1/ConfigMap".to_string(),
-            "v1/PersistentVolumeClaim".to_string(),
-        ];
-        let observes = vec!["v1/Pod".to_string()];
-        let names = |backs_up| -> Vec<&str> {
-            visible_to(&observed, &owns, &observes, backs_up)
-                .map(|o| o.name.as_str())
-                .collect()
-        };
-        assert_eq!(names(false), ["mine", "p", "claim"]);
-        assert_eq!(names(true), ["mine", "p", "claim", "backup"]);
     }
 }

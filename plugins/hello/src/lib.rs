@@ -177,6 +177,31 @@ mod tests {
         testing::app("greeter", "default", "1.0.0", config)
     }
 
+    /// The whole reconcile as the host runs it: the plan applied once with the host's labels,
+    /// then nothing more to write, whatever the config.
+    #[test]
+    fn reconcile_applies_once_then_writes_nothing() {
+        for config in [
+            json!(null),
+            json!({"replicas": 3}),
+            json!({"message": "hi"}),
+        ] {
+            let fixture = Fixture::new(app(config.clone()));
+            let first = fixture.reconcile::<Hello>().expect("reconciles");
+            assert_eq!(first.apply.len(), 2, "{config}");
+            assert!(first.apply.iter().all(|o| {
+                o.to_value()["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "wasmop"
+            }));
+            let second = fixture
+                .after(&first)
+                .reconcile::<Hello>()
+                .expect("reconciles");
+            assert!(second.writes_nothing(), "{config}: {second:#?}");
+            assert_eq!(second.status, first.status, "{config}");
+            assert!(second.events.is_empty(), "{config}: {:?}", second.events);
+        }
+    }
+
     #[test]
     fn plans_a_deployment_and_a_service() {
         let plan = Fixture::new(app(json!({"message": "hi", "replicas": 2})))

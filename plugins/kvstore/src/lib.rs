@@ -158,3 +158,89 @@ mod tests {
         }
     }
 }
+
+/// The whole reconcile, as the host runs it, over kvstore's own logic.
+#[cfg(test)]
+mod reconcile_tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+    use wasmop_sdk::testing::{Fixture, core::Requeue};
+
+    use super::{Kvstore, fixtures};
+
+    #[test]
+    fn a_ready_cluster_reconciles_to_no_writes() {
+        let fixture = Fixture::new(fixtures::APP)
+            .observe(fixtures::STATEFULSET_READY)
+            .observe_list(fixtures::PODS_READY)
+            .now("2025-01-02T07:00:00Z");
+        let first = fixture.reconcile::<Kvstore>().expect("reconciles");
+        assert!(!first.apply.is_empty(), "the plan is applied once");
+        assert!(
+            first
+                .apply
+                .iter()
+                .all(|o| o.to_value()["metadata"]["labels"]["wasmop.dev/app"] == "cache"),
+            "every object carries the host's labels"
+        );
+        let second = fixture
+            .after(&first)
+            .reconcile::<Kvstore>()
+            .expect("reconciles");
+        assert!(second.writes_nothing(), "{second:#?}");
+        assert_eq!(second.status, first.status);
+        assert!(second.events.is_empty(), "{:?}", second.events);
+    }
+
+    #[test]
+    fn an_invalid_config_is_a_degraded_status_and_a_backoff() {
+        let app = fixtures::app_with_config(json!({"replicas": 0}));
+        let decision = Fixture::new(app).reconcile::<Kvstore>().expect("decides");
+        assert_eq!(decision.requeue, Requeue::Backoff);
+        assert!(decision.apply.is_empty());
+        let degraded = decision
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .expect("a Degraded condition");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "InvalidConfig")
+        );
+    }
+
+    proptest! {
+        /// Idempotence over kvstore's inputs: whatever the config, versions and clock, the
+        /// second reconcile (the plan carried out) writes nothing, and once the cluster stops
+        /// changing a third decides exactly what the second did: no status change, no Event.
+        #[test]
+        fn reconcile_is_idempotent(
+            replicas in 1u32..6,
+            storage in proptest::sample::select(vec!["1Gi", "10Gi", "500Mi"]),
+            schedule in proptest::option::of(proptest::sample::select(vec!["0 */6 * * *", "*/15 * * * *", "0 3 * * 1"])),
+            retain in 1u32..5,
+            hours in 0i64..200,
+            upgrade in any::<bool>(),
+        ) {
+            let mut config = json!({"replicas": replicas, "storage": storage});
+            if let Some(schedule) = schedule {
+                config["backup"] = json!({"schedule": schedule, "retain": retain});
+            }
+            let mut app: serde_json::Value = serde_json::from_str(&fixtures::app_with_config(config)).expect("JSON");
+            if upgrade {
+                app["spec"]["version"] = json!("7.4.0");
+            }
+            let fixture = Fixture::new(app.to_string())
+                .now_ms(1_735_689_600_000 + hours * 3_600_000);
+            let first = fixture.reconcile::<Kvstore>().expect("reconciles");
+            let applied = fixture.after(&first);
+            let second = applied.reconcile::<Kvstore>().expect("reconciles");
+            prop_assert!(second.writes_nothing(), "{:#?}", second);
+            let third = applied.after(&second).reconcile::<Kvstore>().expect("reconciles");
+            prop_assert!(third.writes_nothing(), "{:#?}", third);
+            prop_assert_eq!(&third.status, &second.status);
+            prop_assert!(third.events.is_empty(), "{:?}", third.events);
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod pods;
 use std::{borrow::Cow, collections::BTreeSet};
 
 use serde_json::Value;
+use wasmop_core::{Failure, PlanCheck};
 
 use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
 use crate::plugin::{
@@ -123,6 +124,14 @@ pub struct Kind {
 }
 
 impl Kind {
+    /// How the API server is reached for this kind.
+    pub fn api_resource(&self) -> kube::api::ApiResource {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(&self.group, &self.version, &self.kind),
+            &self.plural,
+        )
+    }
+
     /// A kind the host knows at compile time.
     pub const fn builtin(
         group: &'static str,
@@ -182,6 +191,58 @@ pub const PLANNABLE: &[Kind] = &[
 pub const MAX_OBJECTS: usize = 64;
 /// Largest planned object as the plugin wrote it; etcd's own limit is 1.5 MiB.
 pub const MAX_OBJECT_BYTES: usize = 512 << 10;
+
+/// The guard for one App under one policy, as the decision core's [`PlanCheck`].
+#[derive(Debug, Clone)]
+pub struct AppCheck {
+    /// The namespace's rules.
+    pub policy: Policy,
+    /// `PluginPolicy <name>` or `the built-in default policy`, for messages.
+    pub policy_name: String,
+    /// The App's name.
+    pub app: String,
+    /// The App's namespace.
+    pub namespace: String,
+    /// The plugin's declared `owns` kinds (`apiVersion/Kind`).
+    pub owns: Vec<String>,
+}
+
+impl PlanCheck for AppCheck {
+    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
+        check(
+            &self.policy,
+            &self.app,
+            &self.namespace,
+            &self.owns,
+            objects,
+        )
+        .map(|guarded| guarded.into_iter().map(|g| g.object).collect())
+        .map_err(|err| {
+            Failure::new(
+                "PlanRejected",
+                format!("{err} (under {})", self.policy_name),
+            )
+        })
+    }
+
+    fn check_backup_job(
+        &self,
+        slot: &str,
+        job: &PluginObject,
+        accounts: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        check_job(&self.policy, &self.app, slot, job, accounts).map_err(|err| {
+            Failure::new(
+                "PlanRejected",
+                format!("{err} (under {})", self.policy_name),
+            )
+        })
+    }
+
+    fn prunable(&self, api_version: &str, kind: &str) -> bool {
+        self.policy.kind(api_version, kind).is_some()
+    }
+}
 
 /// An object that passed the guard.
 #[derive(Debug, Clone)]

@@ -1,8 +1,11 @@
 //! Health: turns the plugin's health report (or its absence) into the standard conditions, the
 //! phase, and whether the rollout at the rendered version is complete.
 
-use super::status::Cond;
-use crate::plugin::call::{HealthReport, HealthState};
+use crate::{
+    answers::{HealthReport, HealthState},
+    decision::Phase,
+    status::Cond,
+};
 
 /// What the health stage concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,7 +13,7 @@ pub struct Verdict {
     /// Available, Progressing, Degraded, then the plugin's own conditions.
     pub conditions: Vec<Cond>,
     /// Ready, Progressing or Degraded.
-    pub phase: &'static str,
+    pub phase: Phase,
     /// Whether the rendered version is fully rolled out.
     pub rollout_complete: bool,
 }
@@ -30,7 +33,7 @@ pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
                 Cond::new("Progressing", upgrading, "Applied", ""),
                 Cond::new("Degraded", false, "Applied", ""),
             ],
-            phase: "Ready",
+            phase: Phase::Ready,
             rollout_complete: true,
         };
     };
@@ -56,9 +59,9 @@ pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
         message: c.message,
     }));
     let phase = match report.state {
-        HealthState::Healthy if report.rollout_complete => "Ready",
-        HealthState::Degraded => "Degraded",
-        _ => "Progressing",
+        HealthState::Healthy if report.rollout_complete => Phase::Ready,
+        HealthState::Degraded => Phase::Degraded,
+        _ => Phase::Progressing,
     };
     Verdict {
         conditions,
@@ -70,7 +73,7 @@ pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::call::PluginCondition;
+    use crate::answers::PluginCondition;
 
     fn report(state: HealthState, complete: bool) -> HealthReport {
         HealthReport {
@@ -98,7 +101,7 @@ mod tests {
     #[test]
     fn healthy_and_complete_is_ready_with_the_plugin_conditions() {
         let v = verdict(Some(report(HealthState::Healthy, true)), false);
-        assert_eq!((v.phase, v.rollout_complete), ("Ready", true));
+        assert_eq!((v.phase, v.rollout_complete), (Phase::Ready, true));
         assert_eq!(status_of(&v, "Available"), "True");
         assert_eq!(status_of(&v, "Degraded"), "False");
         assert_eq!(status_of(&v, "ReplicasReady"), "True");
@@ -107,7 +110,7 @@ mod tests {
     #[test]
     fn healthy_but_rolling_is_progressing() {
         let v = verdict(Some(report(HealthState::Healthy, false)), true);
-        assert_eq!(v.phase, "Progressing");
+        assert_eq!(v.phase, Phase::Progressing);
         assert_eq!(status_of(&v, "Progressing"), "True");
     }
 
@@ -120,7 +123,7 @@ mod tests {
                 status_of(&v, "Available"),
                 status_of(&v, "Degraded")
             ),
-            ("Degraded", "False", "True")
+            (Phase::Degraded, "False", "True")
         );
     }
 
@@ -129,7 +132,7 @@ mod tests {
         let v = verdict(None, false);
         assert_eq!(
             (v.phase, v.rollout_complete, status_of(&v, "Available")),
-            ("Ready", true, "True")
+            (Phase::Ready, true, "True")
         );
     }
 }

@@ -134,6 +134,13 @@ impl PluginObject {
 
 /// Writes the object with the host's `metadata` and the plugin's text for every other field;
 /// with serde_json (as kube's apply does) that text is copied, not parsed again.
+/// Two objects are equal when their JSON is, whatever the order of their fields.
+impl PartialEq for PluginObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_value() == other.to_value()
+    }
+}
+
 impl Serialize for PluginObject {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(3 + self.fields.len()))?;

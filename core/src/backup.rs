@@ -1,22 +1,14 @@
-//! Backup: runs the Job the plugin's schedule asks for, named from the App and the slot, so a
-//! slot never runs twice, across host restarts too (the API server refuses a second create),
-//! and deletes the Jobs of expired slots.
+//! Backup bookkeeping: the Job a slot runs as, which slots completed, and the rule that a slot
+//! never runs twice.
 
-use k8s_openapi::api::batch::v1::Job;
-use kube::{
-    Api, Client, ResourceExt,
-    api::{DeleteParams, PostParams},
-};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::{
-    apply::stamp,
-    fetch::{BACKUP_SLOT_LABEL, ObservedObject},
-};
 use crate::{
-    app::{App, BackupStatus},
-    plugin::object::PluginObject,
+    object::PluginObject,
+    observed::{BACKUP_SLOT_LABEL, ObservedObject},
+    stamp::{AppRef, stamp},
+    status::BackupStatus,
 };
 
 /// The Job name for `slot` of `app`: `<app>-backup-<slot>`, shortened with a hash when that
@@ -73,20 +65,13 @@ pub fn is_new_slot(last: Option<&BackupStatus>, slot: &str) -> bool {
     last.is_none_or(|last| slot > last.slot.as_str())
 }
 
-/// Creates the backup Job for `slot`; `Ok(false)` when the slot's Job already exists.
-pub async fn start(
-    client: &Client,
-    app: &App,
-    slot: &str,
-    mut job: PluginObject,
-) -> Result<(bool, BackupStatus), kube::Error> {
-    let name = job_name(&app.name_any(), slot);
+/// The backup Job of `slot` as the host creates it: named from the App and the slot (so the API
+/// server refuses a second one), in the App's namespace, labelled with the slot and stamped.
+pub fn prepare_job(app: &AppRef, slot: &str, mut job: PluginObject) -> PluginObject {
+    let name = job_name(&app.name, slot);
     job.metadata_mut(|metadata| {
-        metadata.insert("name".into(), Value::String(name.clone()));
-        metadata.insert(
-            "namespace".into(),
-            Value::String(app.namespace().unwrap_or_default()),
-        );
+        metadata.insert("name".into(), Value::String(name));
+        metadata.insert("namespace".into(), Value::String(app.namespace.clone()));
         let labels = metadata
             .entry("labels")
             .or_insert_with(|| serde_json::json!({}));
@@ -95,45 +80,7 @@ pub async fn start(
         }
     });
     stamp(app, &mut job);
-    let job: Job = serde_json::to_value(&job)
-        .and_then(serde_json::from_value)
-        .map_err(kube::Error::SerdeError)?;
-    let api: Api<Job> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
-    let status = BackupStatus {
-        slot: slot.to_string(),
-        job: name,
-        completed: false,
-    };
-    match api.create(&PostParams::default(), &job).await {
-        Ok(_) => Ok((true, status)),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok((false, status)),
-        Err(err) => Err(err),
-    }
-}
-
-/// Deletes the Jobs of `slots` (retention); Jobs already gone are fine.
-pub async fn expire(
-    client: &Client,
-    app: &App,
-    slots: &[String],
-    observed: &[ObservedObject],
-) -> Result<Vec<String>, kube::Error> {
-    let api: Api<Job> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
-    let mut deleted = Vec::new();
-    for object in observed.iter().filter(|o| o.kind == "Job" && o.owned) {
-        let Some(slot) = &object.backup_slot else {
-            continue;
-        };
-        if !slots.contains(slot) {
-            continue;
-        }
-        match api.delete(&object.name, &DeleteParams::background()).await {
-            Ok(_) => deleted.push(object.name.clone()),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(deleted)
+    job
 }
 
 #[cfg(test)]

@@ -3,7 +3,29 @@
 //! gate waits or denies, and rolls forward once it allows. `status.version` moves only when
 //! health reports the rollout at the new version complete.
 
-use crate::{app::UpgradeStatus, plugin::call::GateDecision};
+use crate::{answers::GateDecision, status::UpgradeStatus};
+
+/// What the gate said about a step, as `status.upgrade.state` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateState {
+    /// The step rolls out.
+    Allowed,
+    /// Held; the gate is asked again next time.
+    Waiting,
+    /// Refused until `spec.version` changes.
+    Denied,
+}
+
+impl GateState {
+    /// As written in `status.upgrade.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "Allowed",
+            Self::Waiting => "Waiting",
+            Self::Denied => "Denied",
+        }
+    }
+}
 
 /// What the reconcile does about versions this time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,10 +65,12 @@ pub fn step(desired: &str, rolled_out: Option<&str>, upgrade: Option<&UpgradeSta
             // asking the gate about the new target now would render `current` again while it
             // waits, rolling the half-done step back. The new target is asked about once the
             // step has rolled out.
-            Some(u) if u.from == current && u.state == "Allowed" => Step::Rolling {
-                from: current.to_string(),
-                to: u.to.clone(),
-            },
+            Some(u) if u.from == current && u.state == GateState::Allowed.as_str() => {
+                Step::Rolling {
+                    from: current.to_string(),
+                    to: u.to.clone(),
+                }
+            }
             _ => Step::AskGate {
                 from: current.to_string(),
                 to: desired.to_string(),
@@ -57,16 +81,16 @@ pub fn step(desired: &str, rolled_out: Option<&str>, upgrade: Option<&UpgradeSta
 
 /// The version to render and the upgrade record after the gate answered.
 pub fn after_gate(from: &str, to: &str, decision: &GateDecision) -> (String, UpgradeStatus) {
-    let record = |state: &str, reason: &str| UpgradeStatus {
+    let record = |state: GateState, reason: &str| UpgradeStatus {
         from: from.to_string(),
         to: to.to_string(),
-        state: state.to_string(),
+        state: state.as_str().to_string(),
         reason: reason.to_string(),
     };
     match decision {
-        GateDecision::Allow => (to.to_string(), record("Allowed", "")),
-        GateDecision::Wait(reason) => (from.to_string(), record("Waiting", reason)),
-        GateDecision::Deny(reason) => (from.to_string(), record("Denied", reason)),
+        GateDecision::Allow => (to.to_string(), record(GateState::Allowed, "")),
+        GateDecision::Wait(reason) => (from.to_string(), record(GateState::Waiting, reason)),
+        GateDecision::Deny(reason) => (from.to_string(), record(GateState::Denied, reason)),
     }
 }
 

@@ -1,0 +1,63 @@
+//! The two things a decision asks of the outside world while it is computed: the plugin's
+//! answers ([`PluginCalls`]) and the policy's verdict on what the plugin planned
+//! ([`PlanCheck`]). The host answers them with the Wasm component and the namespace's
+//! PluginPolicy; `wasmop plugin run` with a component file and an optional policy file; the
+//! SDK's `Fixture` with the plugin's Rust traits called natively.
+
+use std::collections::BTreeSet;
+
+use crate::{
+    answers::{BackupDecision, GateDecision, HealthReport, Plan},
+    capability::Capability,
+    object::PluginObject,
+};
+
+/// Why a call or a check failed: a CamelCase reason for the condition and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// CamelCase, e.g. `PluginTrapped`, `PlanRejected`.
+    pub reason: &'static str,
+    /// Names the plugin, the object and the rule where there is one.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `reason` saying `message`.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// One plugin's capabilities, each called on the App and objects the caller prepared.
+pub trait PluginCalls {
+    /// The capabilities the plugin exports.
+    fn capabilities(&self) -> &BTreeSet<Capability>;
+    /// `upgrade.gate(from, to)`.
+    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure>;
+    /// `spec-diff.plan(current, target)`.
+    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure>;
+    /// `health.check(version)`.
+    fn health(&mut self, version: &str) -> Result<HealthReport, Failure>;
+    /// `backup.schedule(last_completed)`.
+    fn backup(&mut self, last_completed: Option<&str>) -> Result<BackupDecision, Failure>;
+}
+
+/// The policy's view of one App's plan.
+pub trait PlanCheck {
+    /// Checks the whole plan; returns its objects with `metadata.namespace` set to the App's,
+    /// or why the plan may not be applied (the reason is `PlanRejected`).
+    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure>;
+    /// Checks a backup Job before it is created; `accounts` are the ServiceAccounts the App's
+    /// plan created, which its pods may run as.
+    fn check_backup_job(
+        &self,
+        slot: &str,
+        job: &PluginObject,
+        accounts: &BTreeSet<String>,
+    ) -> Result<(), Failure>;
+    /// Whether an owned object of this kind that the plan no longer holds may be deleted.
+    fn prunable(&self, api_version: &str, kind: &str) -> bool;
+}

@@ -1,0 +1,623 @@
+//! The decision core: from a [`Snapshot`] of one App (its spec and status, what the host
+//! observed, the clock, the state of its plugin) and the plugin's answers, what the reconcile
+//! should do. Pure: no API, no clock, no I/O but the plugin calls, so the host, `wasmop plugin
+//! run` and the SDK's `Fixture` all run exactly this.
+//!
+//! The stages, in the order they run:
+//! 1. plugin state: a refused namespace or source, a plugin still loading or broken, holds the
+//!    App as it is and says why;
+//! 2. upgrade: which version to render (asks `upgrade.gate` when `spec.version` moved);
+//! 3. plan: `spec-diff.plan` at that version, checked whole by the [`PlanCheck`];
+//! 4. apply and prune: the planned objects stamped, those not already in place to apply, the
+//!    owned objects no longer planned to delete;
+//! 5. health: `health.check` at the rendered version: conditions, phase, whether the rollout
+//!    finished (only then does `status.version` move);
+//! 6. backup: `backup.schedule`: a Job for a new slot (never one at or before
+//!    `status.lastBackup`), Jobs of expired slots to delete;
+//! 7. status and events: conditions merged (`lastTransitionTime` moves only on a flip), one
+//!    Event per flip, and the requeue.
+//!
+//! A plugin call that fails, or a plan the check refuses, stops at that stage: nothing is
+//! applied or deleted, the status keeps what it knew and adds `Degraded` with the reason, and
+//! the App backs off.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::{
+    answers::GateDecision,
+    backup,
+    calls::{Failure, PlanCheck, PluginCalls},
+    capability::Capability,
+    decision::{Decision, Event, ObjectKey, Phase, Requeue},
+    health,
+    observed::ObservedObject,
+    stamp::{AppRef, in_place, mark_applied, stamp},
+    status::{AppStatus, Cond, PluginStatus, UpgradeStatus, merge_conditions, transitions},
+    upgrade::{self, GateState},
+};
+
+/// When nothing else asks for a reconcile, check again this often (level-triggered safety net).
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// While waiting for a plugin to load or a rollout to finish, look again this soon; also the
+/// shortest requeue a plugin may ask for.
+pub const SHORT_REQUEUE: Duration = Duration::from_secs(5);
+
+/// A plugin cannot make the host reconcile its App in a tight loop, nor further apart than the
+/// resync.
+pub fn clamp_plugin_requeue(after: Duration) -> Duration {
+    after.clamp(SHORT_REQUEUE, RESYNC)
+}
+
+/// What a reconcile knows about one App when it decides.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The App's identity.
+    pub app: AppRef,
+    /// `spec.version`.
+    pub desired_version: String,
+    /// The App's status as read.
+    pub previous: AppStatus,
+    /// The App's objects, from the host's caches.
+    pub observed: Vec<ObservedObject>,
+    /// The clock.
+    pub now: Timestamp,
+    /// Whether the App's plugin can be called.
+    pub plugin: PluginState,
+}
+
+/// Whether the App's plugin can be called, and if not why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginState {
+    /// The namespace's policy or the App's plugin reference rules the plugin out: it is never
+    /// loaded. `reason` is `NamespaceRefused`, `InvalidSource` or `SourceRefused`.
+    Refused {
+        /// CamelCase.
+        reason: &'static str,
+        /// Why, naming the policy.
+        message: String,
+    },
+    /// Being fetched and compiled (as after every host restart).
+    Loading {
+        /// Which plugin.
+        message: String,
+    },
+    /// No version of the plugin could be loaded.
+    Broken {
+        /// The load error's reason.
+        reason: &'static str,
+        /// The load error.
+        message: String,
+    },
+    /// A version serves the App.
+    Serving {
+        /// Names the plugin in messages: `name@version (digest)`.
+        label: String,
+        /// The plugin as `status.plugin` shows it.
+        status: PluginStatus,
+        /// Why a newer version was refused, when the last good one is kept.
+        newer_refused: Option<String>,
+    },
+}
+
+/// What the stages concluded, before it becomes a status.
+struct Outcome {
+    conditions: Vec<Cond>,
+    version: Option<String>,
+    upgrade: Option<UpgradeStatus>,
+    last_backup: Option<crate::status::BackupStatus>,
+    requeue: Requeue,
+    /// `None` keeps the previous phase.
+    phase: Option<Phase>,
+    /// Keep the previous conditions of the types `conditions` does not set.
+    carry_conditions: bool,
+}
+
+impl Outcome {
+    /// Changes only the conditions it names: versions, upgrade and backup records and every
+    /// other condition stay as they were, so a host restart (plugins still loading) or a
+    /// passing plugin failure does not reset what is known about the App.
+    fn holding(
+        previous: &AppStatus,
+        conditions: Vec<Cond>,
+        requeue: Requeue,
+        phase: Option<Phase>,
+    ) -> Self {
+        Self {
+            conditions,
+            version: previous.version.clone(),
+            upgrade: previous.upgrade.clone(),
+            last_backup: previous.last_backup.clone(),
+            requeue,
+            phase,
+            carry_conditions: true,
+        }
+    }
+}
+
+/// Decides one reconcile of the App in `snapshot`, calling its plugin through `calls` and
+/// checking the plan with `check`.
+pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn PlanCheck) -> Decision {
+    let previous = &snapshot.previous;
+    let (status, label) = match &snapshot.plugin {
+        PluginState::Refused { reason, message } => {
+            let conditions = vec![Cond::new("PluginReady", false, reason, message.clone())];
+            let outcome = Outcome::holding(
+                previous,
+                conditions,
+                Requeue::After(RESYNC),
+                Some(Phase::Failed),
+            );
+            return finish(snapshot, None, outcome, Vec::new(), Writes::default());
+        }
+        PluginState::Loading { message } => {
+            let conditions = vec![Cond::new("PluginReady", false, "Loading", message.clone())];
+            // Still loading: nothing is known to be wrong with the App.
+            let outcome =
+                Outcome::holding(previous, conditions, Requeue::After(SHORT_REQUEUE), None);
+            return finish(snapshot, None, outcome, Vec::new(), Writes::default());
+        }
+        PluginState::Broken { reason, message } => {
+            let conditions = vec![Cond::new("PluginReady", false, reason, message.clone())];
+            let outcome = Outcome::holding(
+                previous,
+                conditions,
+                Requeue::After(SHORT_REQUEUE),
+                Some(Phase::Failed),
+            );
+            return finish(snapshot, None, outcome, Vec::new(), Writes::default());
+        }
+        PluginState::Serving { status, label, .. } => (status, label),
+    };
+    let plugin_ready = serving_condition(&snapshot.plugin);
+    let mut events = Vec::new();
+    match stages(
+        snapshot,
+        label,
+        calls,
+        check,
+        plugin_ready.clone(),
+        &mut events,
+    ) {
+        Ok((outcome, writes)) => finish(snapshot, Some(status), outcome, events, writes),
+        Err(failure) => {
+            if failure.reason == "PlanRejected" || failure.reason == "ApplyRejected" {
+                events.push(Event::warning(failure.reason, failure.message.clone()));
+            }
+            let outcome = failed_outcome(previous, plugin_ready, failure);
+            finish(snapshot, Some(status), outcome, events, Writes::default())
+        }
+    }
+}
+
+/// The decision when reading or performing failed in a way the App's author must hear about (a
+/// kind the policy adds could not be listed, an apply the API server refused as invalid, an
+/// object the App does not own): nothing is written but the status, which says why, and the
+/// App backs off.
+pub fn failed(snapshot: &Snapshot, failure: Failure) -> Decision {
+    let status = match &snapshot.plugin {
+        PluginState::Serving { status, .. } => Some(status),
+        _ => None,
+    };
+    let events = vec![Event::warning(failure.reason, failure.message.clone())];
+    let outcome = failed_outcome(
+        &snapshot.previous,
+        serving_condition(&snapshot.plugin),
+        failure,
+    );
+    finish(snapshot, status, outcome, events, Writes::default())
+}
+
+/// `PluginReady` of a serving plugin.
+fn serving_condition(plugin: &PluginState) -> Cond {
+    match plugin {
+        PluginState::Serving {
+            label,
+            newer_refused: Some(err),
+            ..
+        } => Cond::new(
+            "PluginReady",
+            true,
+            "LastGoodKept",
+            format!("{label} serving; the newest version was refused: {err}"),
+        ),
+        PluginState::Serving { label, .. } => {
+            Cond::new("PluginReady", true, "Loaded", format!("{label} serving"))
+        }
+        _ => Cond::new("PluginReady", false, "Loading", ""),
+    }
+}
+
+fn failed_outcome(previous: &AppStatus, plugin_ready: Cond, failure: Failure) -> Outcome {
+    let conditions = vec![
+        plugin_ready,
+        Cond::new("Degraded", true, failure.reason, failure.message),
+    ];
+    Outcome::holding(
+        previous,
+        conditions,
+        Requeue::Backoff,
+        Some(Phase::Degraded),
+    )
+}
+
+/// The writes the stages decided.
+#[derive(Default)]
+struct Writes {
+    adopt: Vec<ObjectKey>,
+    apply: Vec<crate::object::PluginObject>,
+    in_place: usize,
+    prune: Vec<ObjectKey>,
+    backup_start: Option<(String, crate::object::PluginObject)>,
+    backup_expire: Vec<ObjectKey>,
+}
+
+fn stages(
+    snapshot: &Snapshot,
+    label: &str,
+    calls: &mut dyn PluginCalls,
+    check: &dyn PlanCheck,
+    plugin_ready: Cond,
+    events: &mut Vec<Event>,
+) -> Result<(Outcome, Writes), Failure> {
+    let previous = &snapshot.previous;
+    let observed = &snapshot.observed;
+    let caps = calls.capabilities().clone();
+    let mut writes = Writes::default();
+
+    // upgrade: which version to render
+    let desired = snapshot.desired_version.clone();
+    let mut upgrade_record = None;
+    let mut gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+    let render = match upgrade::step(
+        &desired,
+        previous.version.as_deref(),
+        previous.upgrade.as_ref(),
+    ) {
+        upgrade::Step::Steady { version } => version,
+        upgrade::Step::Rolling { from, to } => {
+            gate_cond = Cond::new(
+                "UpgradeGated",
+                false,
+                "Allowed",
+                format!("rolling out {from} -> {to}"),
+            );
+            upgrade_record = previous.upgrade.clone();
+            to
+        }
+        upgrade::Step::AskGate { from, to } => {
+            let decision = if caps.contains(&Capability::Upgrade) {
+                calls.gate(&from, &to)?
+            } else {
+                GateDecision::Allow
+            };
+            let (render, record) = upgrade::after_gate(&from, &to, &decision);
+            gate_cond = match &decision {
+                GateDecision::Allow => Cond::new(
+                    "UpgradeGated",
+                    false,
+                    "Allowed",
+                    format!("rolling out {from} -> {to}"),
+                ),
+                GateDecision::Wait(reason) => Cond::new(
+                    "UpgradeGated",
+                    true,
+                    "Waiting",
+                    format!("holding {from}: {reason}"),
+                ),
+                GateDecision::Deny(reason) => Cond::new(
+                    "UpgradeGated",
+                    true,
+                    "Denied",
+                    format!("{from} -> {to} refused: {reason}"),
+                ),
+            };
+            if previous.upgrade.as_ref().map(|u| (&u.state, &u.to))
+                != Some((&record.state, &record.to))
+            {
+                events.push(Event::normal(
+                    "UpgradeGate",
+                    format!("{from} -> {to}: {}", record.state),
+                ));
+            }
+            upgrade_record = Some(record);
+            render
+        }
+    };
+
+    // plan
+    if !caps.contains(&Capability::SpecDiff) {
+        return Err(Failure::new(
+            "CapabilityMissing",
+            format!("{label} does not implement spec-diff; nothing to plan"),
+        ));
+    }
+    let plan = calls.plan(previous.version.as_deref(), &render)?;
+    let objects = check.check_plan(plan.objects)?;
+
+    // apply, prune
+    let ours: BTreeSet<(&str, &str, &str)> = observed
+        .iter()
+        .filter(|o| o.owned || o.kind == "PersistentVolumeClaim")
+        .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
+        .collect();
+    let mut planned = BTreeSet::new();
+    for mut object in objects {
+        let key = ObjectKey {
+            api_version: object.api_version().to_string(),
+            kind: object.kind().to_string(),
+            name: object.name().to_string(),
+        };
+        stamp(&snapshot.app, &mut object);
+        let digest = mark_applied(&mut object);
+        let mine = ours.contains(&(
+            key.api_version.as_str(),
+            key.kind.as_str(),
+            key.name.as_str(),
+        ));
+        let live = observed
+            .iter()
+            .find(|o| o.api_version == key.api_version && o.kind == key.kind && o.name == key.name);
+        match live {
+            Some(live) if mine && in_place(&object.to_value(), &digest, &live.json) => {
+                writes.in_place += 1;
+            }
+            _ => {
+                if !mine {
+                    writes.adopt.push(key.clone());
+                }
+                writes.apply.push(object);
+            }
+        }
+        planned.insert(key);
+    }
+    for object in observed {
+        let key = ObjectKey {
+            api_version: object.api_version.clone(),
+            kind: object.kind.clone(),
+            name: object.name.clone(),
+        };
+        let keep = !object.owned
+            || object.backup_slot.is_some()
+            || object.kind == "PersistentVolumeClaim"
+            || planned.contains(&key)
+            || !check.prunable(&object.api_version, &object.kind);
+        if !keep {
+            writes.prune.push(key);
+        }
+    }
+    if !writes.prune.is_empty() {
+        let names: Vec<String> = writes.prune.iter().map(ToString::to_string).collect();
+        events.push(Event::normal(
+            "Pruned",
+            format!("deleted {}", names.join(", ")),
+        ));
+    }
+
+    // health
+    let report = if caps.contains(&Capability::Health) {
+        Some(calls.health(&render)?)
+    } else {
+        None
+    };
+    let upgrading = upgrade_record
+        .as_ref()
+        .is_some_and(|u| u.state == GateState::Allowed.as_str());
+    let verdict = health::verdict(report, upgrading);
+    let mut conditions = vec![plugin_ready];
+    conditions.extend(verdict.conditions);
+    let mut version = previous.version.clone();
+    let mut requeue = plan.requeue_after.map_or(RESYNC, clamp_plugin_requeue);
+    if verdict.rollout_complete {
+        if version.as_deref() != Some(render.as_str()) {
+            events.push(Event::normal(
+                "RolledOut",
+                format!("version {render} rolled out"),
+            ));
+        }
+        version = Some(render.clone());
+    } else {
+        requeue = requeue.min(SHORT_REQUEUE);
+    }
+    if version.as_deref() == Some(desired.as_str()) {
+        upgrade_record = None;
+        gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+    }
+    conditions.push(gate_cond);
+
+    // backup
+    let mut last_backup = previous.last_backup.clone();
+    if caps.contains(&Capability::Backup) {
+        let last_completed = backup::last_completed_slot(observed);
+        let decision = calls.backup(last_completed.as_deref())?;
+        // A slot at or before the last one started never runs again, even once its Job expired
+        // or was deleted (the Job's name alone guards a slot only while the Job exists).
+        if let Some((slot, job)) = decision
+            .run
+            .filter(|(slot, _)| backup::is_new_slot(previous.last_backup.as_ref(), slot))
+        {
+            // A backup Job is a pod like any planned one: the same policy holds, and its pods
+            // may run as the ServiceAccounts the App's plan created.
+            let accounts: BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.kind == "ServiceAccount" && o.owned)
+                .map(|o| o.name.clone())
+                .collect();
+            check
+                .check_backup_job(&slot, &job, &accounts)
+                .map_err(|f| {
+                    Failure::new(f.reason, format!("backup of slot {slot}: {}", f.message))
+                })?;
+            let job = backup::prepare_job(&snapshot.app, &slot, job);
+            events.push(Event::normal(
+                "BackupStarted",
+                format!("Job {} for slot {slot}", job.name()),
+            ));
+            last_backup = Some(crate::status::BackupStatus {
+                slot: slot.clone(),
+                job: job.name().to_string(),
+                completed: false,
+            });
+            writes.backup_start = Some((slot, job));
+        }
+        if let Some(backup) = &mut last_backup {
+            backup.completed =
+                last_completed.as_deref() == Some(backup.slot.as_str()) || backup.completed;
+        }
+        writes.backup_expire = observed
+            .iter()
+            .filter(|o| o.kind == "Job" && o.owned)
+            .filter(|o| {
+                o.backup_slot
+                    .as_ref()
+                    .is_some_and(|s| decision.expire.contains(s))
+            })
+            .map(|o| ObjectKey {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            })
+            .collect();
+        if let Some(after) = decision.requeue_after {
+            requeue = requeue.min(clamp_plugin_requeue(after));
+        }
+    }
+    Ok((
+        Outcome {
+            conditions,
+            version,
+            upgrade: upgrade_record,
+            last_backup,
+            requeue: Requeue::After(requeue),
+            phase: Some(verdict.phase),
+            carry_conditions: false,
+        },
+        writes,
+    ))
+}
+
+/// The status, the events of its transitions, and the decision.
+fn finish(
+    snapshot: &Snapshot,
+    plugin: Option<&PluginStatus>,
+    outcome: Outcome,
+    mut events: Vec<Event>,
+    writes: Writes,
+) -> Decision {
+    let previous = &snapshot.previous;
+    let mut conditions = merge_conditions(
+        &previous.conditions,
+        outcome.conditions,
+        snapshot.app.generation,
+        snapshot.now,
+    );
+    if outcome.carry_conditions {
+        let kept: Vec<_> = previous
+            .conditions
+            .iter()
+            .filter(|p| !conditions.iter().any(|c| c.type_ == p.type_))
+            .cloned()
+            .collect();
+        conditions.extend(kept);
+    }
+    let plugin = plugin.cloned().or_else(|| previous.plugin.clone());
+    if let (Some(old), Some(new)) = (&previous.plugin, &plugin)
+        && old.digest != new.digest
+    {
+        events.push(Event::normal(
+            "PluginSwapped",
+            format!("{} -> {}", old.digest, new.digest),
+        ));
+    }
+    for c in transitions(&previous.conditions, &conditions) {
+        // Degraded and UpgradeGated are bad news when True; the others when not True.
+        let bad_when_true = c.type_ == "Degraded" || c.type_ == "UpgradeGated";
+        let note = format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
+        events.push(if bad_when_true == (c.status == "True") {
+            Event::warning(&c.type_, note)
+        } else {
+            Event::normal(&c.type_, note)
+        });
+    }
+    let status = AppStatus {
+        observed_generation: snapshot.app.generation,
+        phase: outcome
+            .phase
+            .map(|p| p.as_str().to_string())
+            .or_else(|| previous.phase.clone())
+            .or_else(|| Some(Phase::Pending.as_str().to_string())),
+        version: outcome.version,
+        plugin,
+        conditions,
+        last_backup: outcome.last_backup,
+        upgrade: outcome.upgrade,
+    };
+    Decision {
+        adopt: writes.adopt,
+        apply: writes.apply,
+        in_place: writes.in_place,
+        prune: writes.prune,
+        backup_start: writes.backup_start,
+        backup_expire: writes.backup_expire,
+        status,
+        events,
+        requeue: outcome.requeue,
+    }
+}
+
+/// For a decision about an App whose plugin cannot be called ([`PluginState`] other than
+/// `Serving`): no capabilities, every call refused, every plan refused.
+pub struct NoPlugin;
+
+impl PluginCalls for NoPlugin {
+    fn capabilities(&self) -> &BTreeSet<Capability> {
+        static NONE: BTreeSet<Capability> = BTreeSet::new();
+        &NONE
+    }
+
+    fn gate(&mut self, _: &str, _: &str) -> Result<GateDecision, Failure> {
+        Err(no_plugin())
+    }
+
+    fn plan(&mut self, _: Option<&str>, _: &str) -> Result<crate::answers::Plan, Failure> {
+        Err(no_plugin())
+    }
+
+    fn health(&mut self, _: &str) -> Result<crate::answers::HealthReport, Failure> {
+        Err(no_plugin())
+    }
+
+    fn backup(&mut self, _: Option<&str>) -> Result<crate::answers::BackupDecision, Failure> {
+        Err(no_plugin())
+    }
+}
+
+impl PlanCheck for NoPlugin {
+    fn check_plan(
+        &self,
+        _: Vec<crate::object::PluginObject>,
+    ) -> Result<Vec<crate::object::PluginObject>, Failure> {
+        Err(no_plugin())
+    }
+
+    fn check_backup_job(
+        &self,
+        _: &str,
+        _: &crate::object::PluginObject,
+        _: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        Err(no_plugin())
+    }
+
+    fn prunable(&self, _: &str, _: &str) -> bool {
+        false
+    }
+}
+
+fn no_plugin() -> Failure {
+    Failure::new("CapabilityMissing", "no plugin serves this App")
+}
+
+#[cfg(test)]
+mod tests;

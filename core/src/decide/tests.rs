@@ -1,0 +1,445 @@
+//! The decision core against a scripted plugin: each stage's rule, and idempotence (deciding
+//! again on the outcome of a decision changes nothing).
+
+use std::{collections::BTreeSet, time::Duration};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    answers::{BackupDecision, HealthReport, HealthState, Plan},
+    object::PluginObject,
+    observed::BACKUP_SLOT_LABEL,
+    status::BackupStatus,
+};
+
+/// A plugin whose answers the test sets, recording what it was asked.
+#[derive(Default)]
+struct Script {
+    caps: BTreeSet<Capability>,
+    objects: Vec<Value>,
+    requeue: Option<Duration>,
+    health: Option<(HealthState, bool)>,
+    gate: Option<GateDecision>,
+    backup: Option<(String, Value)>,
+    expire: Vec<String>,
+    fail_plan: bool,
+    asked: Vec<String>,
+}
+
+impl Script {
+    fn new(objects: Vec<Value>) -> Self {
+        Self {
+            caps: [Capability::SpecDiff].into(),
+            objects,
+            ..Self::default()
+        }
+    }
+}
+
+impl PluginCalls for Script {
+    fn capabilities(&self) -> &BTreeSet<Capability> {
+        &self.caps
+    }
+    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
+        self.asked.push(format!("gate {from}->{to}"));
+        Ok(self.gate.clone().unwrap_or(GateDecision::Allow))
+    }
+    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure> {
+        self.asked.push(format!("plan {current:?}->{target}"));
+        if self.fail_plan {
+            return Err(Failure::new("PluginTrapped", "plugin p trapped: boom"));
+        }
+        Ok(Plan {
+            objects: self
+                .objects
+                .iter()
+                .map(|o| PluginObject::parse(&o.to_string()).expect("object"))
+                .collect(),
+            requeue_after: self.requeue,
+        })
+    }
+    fn health(&mut self, version: &str) -> Result<HealthReport, Failure> {
+        self.asked.push(format!("health {version}"));
+        let (state, complete) = self.health.unwrap_or((HealthState::Healthy, true));
+        Ok(HealthReport {
+            state,
+            conditions: Vec::new(),
+            message: "ok".into(),
+            rollout_complete: complete,
+        })
+    }
+    fn backup(&mut self, last: Option<&str>) -> Result<BackupDecision, Failure> {
+        self.asked.push(format!("backup {last:?}"));
+        Ok(BackupDecision {
+            run: self
+                .backup
+                .clone()
+                .map(|(slot, job)| (slot, PluginObject::parse(&job.to_string()).expect("job"))),
+            expire: self.expire.clone(),
+            requeue_after: None,
+        })
+    }
+}
+
+/// The default policy's shape: every object gets the App's namespace; ConfigMap and Job kinds
+/// are prunable; a `reject-me` object is refused.
+struct Check;
+
+impl PlanCheck for Check {
+    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
+        objects
+            .into_iter()
+            .map(|mut o| {
+                if o.name() == "reject-me" {
+                    return Err(Failure::new(
+                        "PlanRejected",
+                        "plan rejected: ConfigMap/reject-me",
+                    ));
+                }
+                o.metadata_mut(|m| {
+                    m.insert("namespace".into(), json!("ns"));
+                });
+                Ok(o)
+            })
+            .collect()
+    }
+    fn check_backup_job(
+        &self,
+        _: &str,
+        _: &PluginObject,
+        _: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        Ok(())
+    }
+    fn prunable(&self, _: &str, kind: &str) -> bool {
+        kind != "Secret"
+    }
+}
+
+fn cm(name: &str, data: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": data}})
+}
+
+fn snapshot(previous: AppStatus, observed: Vec<ObservedObject>) -> Snapshot {
+    Snapshot {
+        app: AppRef {
+            name: "kv".into(),
+            namespace: "ns".into(),
+            uid: "u-1".into(),
+            generation: Some(3),
+        },
+        desired_version: "1.0".into(),
+        previous,
+        observed,
+        now: Timestamp::from_second(1_800_000_000).expect("time"),
+        plugin: PluginState::Serving {
+            label: "kv@0.1.0 (sha256:abc)".into(),
+            status: PluginStatus {
+                reference: "registry/kv:1".into(),
+                digest: "sha256:abc".into(),
+                short_digest: "abc".into(),
+                capabilities: vec!["spec-diff".into()],
+                loaded_at: None,
+            },
+            newer_refused: None,
+        },
+    }
+}
+
+/// A minute after [`snapshot`]'s clock.
+fn later() -> Timestamp {
+    Timestamp::from_second(1_800_000_060).expect("time")
+}
+
+/// What the API server would hold after `decision` was performed on `before`: each applied
+/// object as a live one (with fields the server adds), pruned and expired ones gone, the
+/// backup Job created.
+fn perform(before: &[ObservedObject], decision: &Decision) -> Vec<ObservedObject> {
+    let gone: BTreeSet<&ObjectKey> = decision
+        .prune
+        .iter()
+        .chain(&decision.backup_expire)
+        .collect();
+    let mut after: Vec<ObservedObject> = before
+        .iter()
+        .filter(|o| {
+            !gone.contains(&ObjectKey {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            })
+        })
+        .cloned()
+        .collect();
+    let created = decision
+        .apply
+        .iter()
+        .chain(decision.backup_start.as_ref().map(|(_, j)| j));
+    for object in created {
+        let mut json = object.to_value();
+        json["metadata"]["resourceVersion"] = json!("1");
+        json["metadata"]["uid"] = json!(format!("uid-{}", object.name()));
+        after.retain(|o| !(o.kind == object.kind() && o.name == object.name()));
+        after.push(ObservedObject {
+            api_version: object.api_version().into(),
+            kind: object.kind().into(),
+            name: object.name().into(),
+            owned: object.kind() != "PersistentVolumeClaim",
+            backup_slot: json
+                .pointer(&format!(
+                    "/metadata/labels/{}",
+                    BACKUP_SLOT_LABEL.replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            json,
+        });
+    }
+    after
+}
+
+fn condition<'a>(status: &'a AppStatus, type_: &str) -> (&'a str, &'a str) {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+        .unwrap_or(("missing", ""))
+}
+
+#[test]
+fn a_new_app_applies_its_plan_stamped_and_is_ready() {
+    let mut plugin = Script::new(vec![cm("a", "1"), cm("b", "2")]);
+    let d = decide(&snapshot(AppStatus::default(), vec![]), &mut plugin, &Check);
+    assert_eq!(d.apply.len(), 2);
+    assert_eq!(
+        d.adopt.len(),
+        2,
+        "objects the App does not control yet are checked first"
+    );
+    let a = d.apply[0].to_value();
+    assert_eq!(a["metadata"]["namespace"], "ns");
+    assert_eq!(a["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    assert!(a["metadata"]["annotations"][crate::stamp::APPLIED_ANNOTATION].is_string());
+    assert_eq!(d.status.phase.as_deref(), Some("Ready"));
+    assert_eq!(d.status.version.as_deref(), Some("1.0"));
+    assert_eq!(d.status.observed_generation, Some(3));
+    assert_eq!(condition(&d.status, "PluginReady"), ("True", "Loaded"));
+    assert_eq!(d.requeue, Requeue::After(RESYNC));
+    assert!(d.events.iter().any(|e| e.reason == "RolledOut"));
+}
+
+#[test]
+fn deciding_again_on_the_outcome_changes_nothing() {
+    let mut plugin = Script::new(vec![cm("a", "1"), cm("b", "2")]);
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+    second.now = later();
+    let d2 = decide(&second, &mut plugin, &Check);
+    assert!(d2.writes_nothing(), "{d2:#?}");
+    assert_eq!(d2.in_place, 2);
+    assert_eq!(d2.status, d1.status, "the status write is skipped");
+    assert!(d2.events.is_empty(), "{:?}", d2.events);
+}
+
+#[test]
+fn drift_and_plan_changes_are_applied_and_dropped_objects_pruned() {
+    let mut plugin = Script::new(vec![cm("a", "1"), cm("b", "2")]);
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    let mut live = perform(&first.observed, &d1);
+    // Someone edits `a`; the plugin drops `b` and changes nothing else.
+    live[0].json["data"]["k"] = json!("edited");
+    plugin.objects = vec![cm("a", "1")];
+    let d2 = decide(&snapshot(d1.status.clone(), live), &mut plugin, &Check);
+    assert_eq!(
+        d2.apply.iter().map(PluginObject::name).collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert!(d2.adopt.is_empty(), "a is already the App's");
+    assert_eq!(
+        d2.prune.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    assert!(d2.events.iter().any(|e| e.reason == "Pruned"));
+}
+
+#[test]
+fn claims_backup_jobs_foreign_and_unprunable_objects_are_never_pruned() {
+    let observed = |kind: &str, name: &str, owned: bool, slot: Option<&str>| ObservedObject {
+        api_version: if kind == "Job" { "batch/v1" } else { "v1" }.into(),
+        kind: kind.into(),
+        name: name.into(),
+        owned,
+        backup_slot: slot.map(str::to_string),
+        json: json!({}),
+    };
+    let live = vec![
+        observed("PersistentVolumeClaim", "data", false, None),
+        observed("Job", "kv-backup-1", true, Some("20261205-060000")),
+        observed("ConfigMap", "users", false, None),
+        observed("Secret", "kept", true, None),
+        observed("ConfigMap", "old", true, None),
+    ];
+    let d = decide(
+        &snapshot(AppStatus::default(), live),
+        &mut Script::new(vec![]),
+        &Check,
+    );
+    assert_eq!(
+        d.prune.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        ["old"]
+    );
+}
+
+#[test]
+fn a_zero_requeue_is_clamped() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.requeue = Some(Duration::ZERO);
+    let d = decide(&snapshot(AppStatus::default(), vec![]), &mut plugin, &Check);
+    assert_eq!(d.requeue, Requeue::After(SHORT_REQUEUE));
+    assert_eq!(clamp_plugin_requeue(Duration::from_secs(86_400)), RESYNC);
+}
+
+#[test]
+fn a_failing_plugin_or_a_rejected_plan_writes_nothing_and_keeps_what_was_known() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    let d1 = decide(&snapshot(AppStatus::default(), vec![]), &mut plugin, &Check);
+    for script in [
+        Script {
+            fail_plan: true,
+            ..Script::new(vec![])
+        },
+        Script::new(vec![cm("reject-me", "1")]),
+    ] {
+        let mut script = script;
+        let d = decide(&snapshot(d1.status.clone(), vec![]), &mut script, &Check);
+        assert!(d.writes_nothing() && d.prune.is_empty());
+        assert_eq!(d.requeue, Requeue::Backoff);
+        assert_eq!(d.status.phase.as_deref(), Some("Degraded"));
+        assert_eq!(condition(&d.status, "Degraded").0, "True");
+        assert_eq!(
+            d.status.version.as_deref(),
+            Some("1.0"),
+            "the rolled-out version stays"
+        );
+        assert_eq!(
+            condition(&d.status, "Available").0,
+            "True",
+            "other conditions stay"
+        );
+    }
+}
+
+#[test]
+fn loading_or_refused_plugins_hold_the_status_and_call_nothing() {
+    let d1 = decide(
+        &snapshot(AppStatus::default(), vec![]),
+        &mut Script::new(vec![]),
+        &Check,
+    );
+    for (plugin, phase) in [
+        (
+            PluginState::Loading {
+                message: "loading".into(),
+            },
+            "Ready",
+        ),
+        (
+            PluginState::Refused {
+                reason: "SourceRefused",
+                message: "registry not allowed".into(),
+            },
+            "Failed",
+        ),
+    ] {
+        let mut s = snapshot(d1.status.clone(), vec![]);
+        s.plugin = plugin;
+        let mut script = Script::new(vec![cm("a", "1")]);
+        let d = decide(&s, &mut script, &Check);
+        assert!(script.asked.is_empty());
+        assert!(d.writes_nothing() && d.prune.is_empty());
+        assert_eq!(d.status.phase.as_deref(), Some(phase));
+        assert_eq!(
+            d.status.plugin, d1.status.plugin,
+            "the serving plugin stays on record"
+        );
+        assert_eq!(condition(&d.status, "Available").0, "True");
+    }
+}
+
+#[test]
+fn a_waiting_gate_renders_the_rolled_out_version() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.caps.insert(Capability::Upgrade);
+    plugin.gate = Some(GateDecision::Wait("backup running".into()));
+    let previous = AppStatus {
+        version: Some("0.9".into()),
+        ..AppStatus::default()
+    };
+    let d = decide(&snapshot(previous, vec![]), &mut plugin, &Check);
+    assert_eq!(
+        plugin.asked[..2],
+        ["gate 0.9->1.0", "plan Some(\"0.9\")->0.9"]
+    );
+    assert_eq!(d.status.version.as_deref(), Some("0.9"));
+    assert_eq!(condition(&d.status, "UpgradeGated"), ("True", "Waiting"));
+    assert_eq!(
+        d.status.upgrade.as_ref().map(|u| u.state.as_str()),
+        Some("Waiting")
+    );
+}
+
+#[test]
+fn a_backup_slot_runs_once_and_never_again_once_recorded() {
+    let job =
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}});
+    let mut plugin = Script::new(vec![]);
+    plugin.caps.insert(Capability::Backup);
+    plugin.backup = Some(("20261205-060000".into(), job));
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    let (slot, job) = d1.backup_start.clone().expect("a backup starts");
+    assert_eq!(slot, "20261205-060000");
+    assert_eq!(job.name(), "kv-backup-20261205-060000");
+    assert_eq!(
+        d1.status.last_backup,
+        Some(BackupStatus {
+            slot: slot.clone(),
+            job: job.name().into(),
+            completed: false
+        })
+    );
+    // The Job is gone (expired, TTL) and the plugin asks for the same slot again: refused.
+    let d2 = decide(&snapshot(d1.status.clone(), vec![]), &mut plugin, &Check);
+    assert!(d2.backup_start.is_none());
+    assert_eq!(d2.status.last_backup, d1.status.last_backup);
+}
+
+proptest! {
+    /// Idempotence over arbitrary plans: whatever the plugin plans (any names, any data, any
+    /// number of objects, a backup or not), deciding again on the outcome writes nothing and
+    /// leaves the status as it was.
+    #[test]
+    fn deciding_twice_is_a_fixed_point(
+        objects in proptest::collection::btree_map("[a-z]{1,8}", "[ -~]{0,16}", 0..6),
+        slot in proptest::option::of(0u32..5),
+        healthy in any::<bool>(),
+    ) {
+        let mut plugin = Script::new(objects.iter().map(|(n, d)| cm(n, d)).collect());
+        plugin.caps.extend([Capability::Health, Capability::Backup]);
+        plugin.health = Some(if healthy { (HealthState::Healthy, true) } else { (HealthState::Progressing, false) });
+        plugin.backup = slot.map(|s| (format!("20261205-0{s}0000"), json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}})));
+        let first = snapshot(AppStatus::default(), vec![]);
+        let d1 = decide(&first, &mut plugin, &Check);
+        let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+        second.now = later();
+        let d2 = decide(&second, &mut plugin, &Check);
+        prop_assert!(d2.writes_nothing(), "{:#?}", d2);
+        prop_assert_eq!(&d2.status, &d1.status);
+        prop_assert!(d2.events.is_empty(), "{:?}", d2.events);
+    }
+}

@@ -1,0 +1,20 @@
+//! The decision core of wasmop: what one reconcile of an App should do, computed as plain data
+//! from a snapshot and the plugin's answers ([`decide::decide`]), for one small executor to
+//! perform. The host, `wasmop plugin run` and the SDK's `Fixture` all run it.
+
+pub mod answers;
+pub mod backup;
+pub mod calls;
+pub mod capability;
+pub mod decide;
+pub mod decision;
+pub mod health;
+pub mod object;
+pub mod observed;
+pub mod stamp;
+pub mod status;
+pub mod upgrade;
+
+pub use calls::{Failure, PlanCheck, PluginCalls};
+pub use decide::{PluginState, Snapshot, decide};
+pub use decision::{Decision, Event, ObjectKey, Phase, Requeue};

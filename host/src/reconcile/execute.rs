@@ -1,0 +1,367 @@
+//! The executor: performs a [`Decision`] against the API server, in one place. Adoption check,
+//! server-side apply, prune, the backup Job and expired Jobs, then the status (only if it
+//! changed), then the Events; a write the API server refuses as invalid, or an object the App
+//! does not own, becomes the decision's failure (in the status) instead of an error loop.
+
+use std::time::Instant;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType},
+    },
+};
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use wasmop_core::{
+    Decision, Event, Failure, ObjectKey, Requeue, Snapshot,
+    decide::{self, NoPlugin},
+    object::PluginObject,
+    observed::APP_LABEL,
+};
+
+use super::{Context, Error, app_key, guard::Policy, prepare::Prepared, status};
+use crate::{app::App, crd_install::FIELD_MANAGER};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The reconcile loop's metrics, named after controller-runtime's (`wasmop_` prefixed).
+#[derive(Clone)]
+pub struct ReconcileMetrics {
+    reconciles: Family<Labels, Counter>,
+    duration: Histogram,
+    writes: Family<Labels, Counter>,
+    in_flight: Gauge,
+}
+
+impl ReconcileMetrics {
+    /// Creates the families and registers them in `registry` (prefix it with `wasmop`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            reconciles: Family::default(),
+            duration: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            writes: Family::default(),
+            in_flight: Gauge::default(),
+        };
+        registry.register(
+            "reconcile",
+            "Reconciles of Apps by result (success, failed, error, requeue)",
+            metrics.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_time_seconds",
+            "Duration of one reconcile, from the policy lookup to the status write",
+            metrics.duration.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes to the API server for Apps, by verb (apply, delete, create, status) and kind",
+            metrics.writes.clone(),
+        );
+        registry.register(
+            "reconcile_active",
+            "Reconciles in flight",
+            metrics.in_flight.clone(),
+        );
+        metrics
+    }
+
+    /// Metrics counted but exported nowhere (tests).
+    pub fn unregistered() -> Self {
+        Self::register(&mut Registry::default())
+    }
+
+    /// Counts a reconcile that ended with `result`.
+    pub fn reconciled(&self, result: &'static str, started: Instant) {
+        self.reconciles
+            .get_or_create(&vec![("result", result.to_string())])
+            .inc();
+        self.duration.observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Marks a reconcile in flight until the guard drops.
+    pub fn active(&self) -> impl Drop + use<> {
+        struct Active(Gauge);
+        impl Drop for Active {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
+        self.in_flight.inc();
+        Active(self.in_flight.clone())
+    }
+
+    fn wrote(&self, verb: &'static str, kind: &str) {
+        self.writes
+            .get_or_create(&vec![
+                ("verb", verb.to_string()),
+                ("kind", kind.to_string()),
+            ])
+            .inc();
+    }
+}
+
+/// Decides the reconcile `prepared` describes and performs it.
+pub async fn decide_and_execute(
+    app: &App,
+    ctx: &Context,
+    api: &Api<App>,
+    prepared: Prepared,
+) -> Result<Action, Error> {
+    let (snapshot, decision, rules) = match prepared {
+        Prepared::PolicyUnknown => {
+            return Ok(Action::requeue(super::prepare::POLICY_WAIT));
+        }
+        Prepared::Holding(snapshot) => {
+            let decision = decide::decide(&snapshot, &mut NoPlugin, &NoPlugin);
+            (snapshot, decision, None)
+        }
+        Prepared::ObserveFailed(snapshot, failure) => {
+            let decision = decide::failed(&snapshot, failure);
+            (snapshot, decision, None)
+        }
+        Prepared::Serving {
+            snapshot,
+            mut calls,
+            check,
+        } => {
+            // The plugin calls block (each waits for its sandbox thread): decide on a blocking
+            // thread so the runtime's workers stay free.
+            tokio::task::spawn_blocking(move || {
+                let decision = decide::decide(&snapshot, &mut calls, check.as_ref());
+                (snapshot, decision, Some(check.policy))
+            })
+            .await
+            .map_err(|err| Error::Finalizer {
+                app: app_key(app),
+                message: format!("the decision did not finish: {err}"),
+            })?
+        }
+    };
+    execute(app, ctx, api, &snapshot, decision, rules.as_ref()).await
+}
+
+/// Why writing a decision's objects stopped.
+enum WriteError {
+    /// The App's author must fix something: the status says what.
+    Refused(Failure),
+    /// The API call failed; retried with backoff.
+    Kube { what: String, source: kube::Error },
+}
+
+/// Performs `decision`; returns when to look again.
+pub async fn execute(
+    app: &App,
+    ctx: &Context,
+    api: &Api<App>,
+    snapshot: &Snapshot,
+    decision: Decision,
+    rules: Option<&Policy>,
+) -> Result<Action, Error> {
+    let writer = Writer { app, ctx, rules };
+    let decision = match write_objects(&writer, &decision).await {
+        Ok(()) => decision,
+        Err(WriteError::Refused(failure)) => decide::failed(snapshot, failure),
+        Err(WriteError::Kube { what, source }) => {
+            return Err(Error::Kube {
+                app: app_key(app),
+                what,
+                source,
+            });
+        }
+    };
+    let wrote = status::write(api, app, &decision.status)
+        .await
+        .map_err(|source| Error::Kube {
+            app: app_key(app),
+            what: "writing status".into(),
+            source,
+        })?;
+    if wrote {
+        ctx.metrics.wrote("status", "App");
+    }
+    for event in &decision.events {
+        publish(ctx, app, event).await;
+    }
+    let key = app_key(app);
+    Ok(Action::requeue(match decision.requeue {
+        Requeue::Backoff => ctx.failures.failed(&key),
+        Requeue::After(after) => {
+            ctx.failures.succeeded(&key);
+            after
+        }
+    }))
+}
+
+/// How the API server is reached for `key`'s kind: one of the policy's kinds (the guard passed
+/// every planned object and prunes only such kinds, so every kind a decision names is there).
+fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteError> {
+    let Some(kind) = w
+        .rules
+        .and_then(|rules| rules.kind(&key.api_version, &key.kind))
+    else {
+        return Err(WriteError::Refused(Failure::new(
+            "PlanRejected",
+            format!("{key}: {} is not a kind the policy allows", key.api_version),
+        )));
+    };
+    Ok(Api::namespaced_with(
+        w.ctx.client.clone(),
+        &w.app.namespace().unwrap_or_default(),
+        &kind.api_resource(),
+    ))
+}
+
+/// What every write of one decision needs.
+struct Writer<'a> {
+    app: &'a App,
+    ctx: &'a Context,
+    /// The namespace's rules (kinds), `None` for a decision without a plugin (no writes).
+    rules: Option<&'a Policy>,
+}
+
+async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteError> {
+    let app = w.app;
+    let uid = app.uid().unwrap_or_default();
+    // Ours means controlled by this App (owner reference with its uid): a label anyone in the
+    // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
+    // outlive the App), so for them the label is all there is. Only objects the App does not
+    // manage yet cost a read, so a steady App costs none.
+    for key in &decision.adopt {
+        let api = api_for(w, key)?;
+        match api.get_opt(&key.name).await {
+            Ok(None) => {}
+            Ok(Some(existing))
+                if existing
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+                    || (key.kind == "PersistentVolumeClaim"
+                        && existing.labels().get(APP_LABEL) == Some(&app.name_any())) => {}
+            Ok(Some(_)) => {
+                return Err(WriteError::Refused(Failure::new(
+                    "PlanRejected",
+                    format!("plan rejected: {key} already exists and is not managed by this App"),
+                )));
+            }
+            Err(source) => {
+                return Err(WriteError::Kube {
+                    what: format!("reading {key}"),
+                    source,
+                });
+            }
+        }
+    }
+    for object in &decision.apply {
+        apply(w, object).await?;
+    }
+    for key in &decision.prune {
+        delete(w, key, "pruning").await?;
+    }
+    if let Some((slot, job)) = &decision.backup_start {
+        create_backup(w, slot, job).await?;
+    }
+    for key in &decision.backup_expire {
+        delete(w, key, "expiring backup").await?;
+    }
+    Ok(())
+}
+
+async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> {
+    let key = ObjectKey {
+        api_version: object.api_version().to_string(),
+        kind: object.kind().to_string(),
+        name: object.name().to_string(),
+    };
+    let api = api_for(w, &key)?;
+    match api
+        .patch(
+            &key.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await
+    {
+        Ok(_) => {
+            w.ctx.metrics.wrote("apply", &key.kind);
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
+            Err(WriteError::Refused(Failure::new(
+                "ApplyRejected",
+                format!("applying {key}: {}", status.message),
+            )))
+        }
+        Err(source) => Err(WriteError::Kube {
+            what: format!("applying {key}"),
+            source,
+        }),
+    }
+}
+
+async fn delete(w: &Writer<'_>, key: &ObjectKey, what: &str) -> Result<(), WriteError> {
+    let api = api_for(w, key)?;
+    match api.delete(&key.name, &DeleteParams::background()).await {
+        Ok(_) => {
+            w.ctx.metrics.wrote("delete", &key.kind);
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(WriteError::Kube {
+            what: format!("{what} {key}"),
+            source,
+        }),
+    }
+}
+
+/// Creates the backup Job of `slot`; one that already exists (the API server's 409) is the same
+/// slot's, left as it is.
+async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result<(), WriteError> {
+    let what = || format!("starting the backup Job of slot {slot}");
+    let job: Job = serde_json::to_value(job)
+        .and_then(serde_json::from_value)
+        .map_err(|err| {
+            WriteError::Refused(Failure::new(
+                "PlanRejected",
+                format!("backup of slot {slot}: the Job is not a valid batch/v1 Job: {err}"),
+            ))
+        })?;
+    let api: Api<Job> =
+        Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
+    match api.create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            w.ctx.metrics.wrote("create", "Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(WriteError::Kube {
+            what: what(),
+            source,
+        }),
+    }
+}
+
+/// Publishes `event` on `app`; a failure is logged, never fatal.
+pub async fn publish(ctx: &Context, app: &App, event: &Event) {
+    let event = KubeEvent {
+        type_: if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason.clone(),
+        note: Some(event.note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
+        tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
+    }
+}

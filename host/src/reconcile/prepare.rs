@@ -1,0 +1,203 @@
+//! Prepare: everything a decision needs, read before anything is decided: the namespace's
+//! policy, the App's plugin reference and whether the plugin can be called, and the snapshot of
+//! the App's objects (reflector caches, plus any kinds the policy adds, listed live).
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use wasmop_core::{Failure, PluginState, Snapshot, stamp::AppRef, status::PluginStatus};
+
+use super::{Context, calls::HostCalls, fetch, guard};
+use crate::{
+    app::App,
+    plugin::{
+        Capability, input::AppContext, limits::CallLimits, registry::LoadedPlugin,
+        source::SourceRef,
+    },
+    policy::Resolution,
+};
+
+/// While the policy caches have not synced (start-up) or lack the App's namespace, look again
+/// this soon, changing nothing: guessing a policy could apply a plan under the wrong one.
+pub const POLICY_WAIT: Duration = Duration::from_secs(1);
+
+/// The policy a reconcile holds the App's plugin to.
+#[derive(Clone)]
+pub struct Governing {
+    /// `PluginPolicy <name>` or `the built-in default policy`.
+    pub name: String,
+    /// Its rules.
+    pub rules: guard::Policy,
+}
+
+/// The rules for the App's namespace, by name for messages (`None`: not known yet).
+pub fn governing(ctx: &Context, namespace: &str) -> Option<Result<Governing, String>> {
+    Some(match ctx.policies.resolve(namespace)? {
+        Resolution::Governed { policy, rules } => Ok(Governing {
+            name: match policy {
+                Some(name) => format!("PluginPolicy {name}"),
+                None => "the built-in default policy".into(),
+            },
+            rules,
+        }),
+        Resolution::Refused { reason } => Err(reason),
+    })
+}
+
+/// What a reconcile found before deciding.
+pub enum Prepared {
+    /// The namespace's policy is not known yet: decide nothing.
+    PolicyUnknown,
+    /// The plugin cannot be called (refused, loading, broken): the decision only holds.
+    Holding(Snapshot),
+    /// Listing a kind the policy adds failed: the decision says so.
+    ObserveFailed(Snapshot, Failure),
+    /// The plugin serves the App.
+    Serving {
+        /// The App and its objects.
+        snapshot: Snapshot,
+        /// The plugin, ready to call.
+        calls: HostCalls,
+        /// The guard under the namespace's policy.
+        check: Box<guard::AppCheck>,
+    },
+}
+
+/// The App's identity, as the decision core stamps it.
+pub fn app_ref(app: &App) -> AppRef {
+    AppRef {
+        name: app.name_any(),
+        namespace: app.namespace().unwrap_or_default(),
+        uid: app.uid().unwrap_or_default(),
+        generation: app.metadata.generation,
+    }
+}
+
+/// `status.plugin` for a loaded plugin.
+pub fn plugin_status(loaded: &LoadedPlugin) -> PluginStatus {
+    PluginStatus {
+        reference: loaded.source.to_string(),
+        digest: loaded.compiled.digest.to_string(),
+        short_digest: loaded.compiled.digest.short().to_string(),
+        capabilities: loaded
+            .compiled
+            .capabilities
+            .iter()
+            .map(|c| c.interface().to_string())
+            .collect(),
+        loaded_at: Some(loaded.loaded_at.to_rfc3339()),
+    }
+}
+
+/// Reads what the decision for `app` needs.
+pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
+    let app_ref = app_ref(app);
+    let snapshot = |plugin: PluginState, observed: Vec<fetch::ObservedObject>| Snapshot {
+        app: app_ref.clone(),
+        desired_version: app.spec.version.clone(),
+        previous: app.status.clone().unwrap_or_default(),
+        observed,
+        now: Timestamp::now(),
+        plugin,
+    };
+    let refused = |reason: &'static str, message: String| {
+        Prepared::Holding(snapshot(
+            PluginState::Refused { reason, message },
+            Vec::new(),
+        ))
+    };
+    let namespace = &app_ref.namespace;
+    // The policy comes first: an App its namespace refuses does not even load its plugin.
+    let governing = match governing(ctx, namespace) {
+        None => return Prepared::PolicyUnknown,
+        Some(Ok(governing)) => governing,
+        Some(Err(reason)) => return refused("NamespaceRefused", reason),
+    };
+    let source = match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.oci) {
+        Ok(source) => source,
+        Err(message) => return refused("InvalidSource", message),
+    };
+    // A source the policy does not allow is never fetched.
+    if let Err(reason) = governing.rules.allows_source(&source) {
+        return refused(
+            "SourceRefused",
+            format!("{reason} (under {})", governing.name),
+        );
+    }
+    ctx.sources.ensure(&source);
+    let state = ctx.plugins.get(&source);
+    let Some(loaded) = state.current.clone() else {
+        let plugin = match &state.last_error {
+            Some(err) => PluginState::Broken {
+                reason: err.reason(),
+                message: err.to_string(),
+            },
+            None => PluginState::Loading {
+                message: format!("loading plugin {source}"),
+            },
+        };
+        return Prepared::Holding(snapshot(plugin, Vec::new()));
+    };
+    let plugin = PluginState::Serving {
+        label: loaded.compiled.label(),
+        status: plugin_status(&loaded),
+        newer_refused: state.last_error.as_ref().map(ToString::to_string),
+    };
+
+    let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);
+    let metadata = &loaded.compiled.metadata;
+    let extra: Vec<&guard::Kind> = governing
+        .rules
+        .extra_kinds
+        .iter()
+        .filter(|k| {
+            let key = format!("{}/{}", k.api_version(), k.kind);
+            metadata.owns.contains(&key) || metadata.observes.contains(&key)
+        })
+        .collect();
+    if !extra.is_empty() {
+        match fetch::observe_extra(&ctx.client, namespace, &app_ref.name, &app_ref.uid, &extra)
+            .await
+        {
+            Ok(objects) => {
+                observed.extend(objects);
+                observed.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+            }
+            Err(err) => {
+                let failure =
+                    Failure::new("ObserveFailed", format!("{err} (under {})", governing.name));
+                return Prepared::ObserveFailed(snapshot(plugin, observed), failure);
+            }
+        }
+    }
+    let snapshot = snapshot(plugin, observed);
+    let visible = fetch::visible_to(
+        &snapshot.observed,
+        &metadata.owns,
+        &metadata.observes,
+        loaded.compiled.capabilities.contains(&Capability::Backup),
+    );
+    let input = AppContext::new(app, visible.map(|o| &o.json), snapshot.now.as_millisecond());
+    let mut limits = CallLimits::with_overrides(
+        app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
+        app.spec.limits.as_ref().and_then(|l| l.memory_mib),
+    );
+    // A cap the whole budget could not cover would wait forever; it gets what the budget has.
+    limits.memory_bytes = limits
+        .memory_bytes
+        .min(loaded.engine().budget().max_call_bytes());
+    let check = Box::new(guard::AppCheck {
+        policy: governing.rules.clone(),
+        policy_name: governing.name.clone(),
+        app: app_ref.name.clone(),
+        namespace: namespace.clone(),
+        owns: metadata.owns.clone(),
+    });
+    let calls = HostCalls::new(Arc::clone(&loaded), Arc::new(input), limits, app_ref.key());
+    Prepared::Serving {
+        snapshot,
+        calls,
+        check,
+    }
+}

@@ -1,0 +1,386 @@
+//! [`Fixture::reconcile`]: the host's whole reconcile, natively. The decision core the host
+//! runs (`wasmop_core::decide`) calls the plugin's traits directly, through the same parsing
+//! and serialization as the component, so a test sees the objects the host would apply
+//! (stamped with its labels and owner reference), what it would prune, the backup Job, the
+//! status with its conditions, the Events and the requeue.
+//!
+//! What stays with the host: the namespace's PluginPolicy. Here every planned object gets the
+//! App's namespace and one naming another namespace is refused; pod security, the allowed kinds
+//! and sizes are checked by `wasmop plugin run` (with `--policy`) and by the host.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use wasmop_core::{
+    Decision, Failure, PlanCheck, PluginCalls, Snapshot,
+    answers::{self, GateDecision},
+    capability::Capability as CoreCapability,
+    decide::{self, PluginState},
+    object::PluginObject,
+    observed::{ObservedObject, visible_to},
+    stamp::AppRef,
+    status::{AppStatus, PluginStatus},
+};
+
+use super::Fixture;
+use crate::error::{Error, ErrorKind};
+use crate::health::{ConditionStatus, HealthState};
+use crate::runtime::{Exported, Native};
+use crate::upgrade::UpgradeDecision;
+
+impl Fixture {
+    /// Runs one reconcile of the App as the host would (see the [module docs](self)): the
+    /// App's `status` is the previous status, the observed objects are the cluster, the clock
+    /// is [`Fixture::now`].
+    ///
+    /// # Errors
+    /// When the App JSON is not an App (no name, a status the host could not have written).
+    /// A plugin error is not an `Err`: the decision holds it, as the host's status would
+    /// (`Degraded`, reason and message), with `requeue: Backoff`.
+    pub fn reconcile<P: Exported>(&self) -> Result<Decision, Error> {
+        let app: Value = serde_json::from_str(&self.app)
+            .map_err(|e| Error::invalid_input(format!("the App is not JSON: {e}")))?;
+        let text = |p: &str| app.pointer(p).and_then(Value::as_str).map(str::to_string);
+        let app_ref = AppRef {
+            name: text("/metadata/name")
+                .ok_or_else(|| Error::invalid_input("the App has no metadata.name"))?,
+            namespace: text("/metadata/namespace").unwrap_or_else(|| "default".into()),
+            uid: text("/metadata/uid").unwrap_or_default(),
+            generation: app.pointer("/metadata/generation").and_then(Value::as_i64),
+        };
+        let mut previous: AppStatus = match app.get("status") {
+            Some(status) => serde_json::from_value(status.clone())
+                .map_err(|e| Error::invalid_input(format!("the App's status: {e}")))?,
+            None => AppStatus::default(),
+        };
+        if let Some(current) = &self.current_version {
+            previous.version = Some(current.clone());
+        }
+        let observed: Vec<ObservedObject> = self
+            .observed
+            .iter()
+            .filter_map(|o| serde_json::from_str(o).ok())
+            .filter_map(|o| ObservedObject::from_value(o, &app_ref.uid))
+            .collect();
+        let metadata = P::metadata();
+        let kinds = |refs: &[crate::metadata::KindRef]| -> Vec<String> {
+            refs.iter()
+                .map(|k| format!("{}/{}", k.api_version, k.kind))
+                .collect()
+        };
+        let (owns, observes) = (kinds(&metadata.owns), kinds(&metadata.observes));
+        let capabilities: BTreeSet<CoreCapability> = P::CAPABILITIES
+            .iter()
+            .filter_map(|c| CoreCapability::from_interface(c.as_str()))
+            .collect();
+        let visible: Vec<String> = visible_to(
+            &observed,
+            &owns,
+            &observes,
+            capabilities.contains(&CoreCapability::Backup),
+        )
+        .map(|o| o.json.to_string())
+        .collect();
+        let label = format!("{}@{}", metadata.name, metadata.version);
+        let snapshot = Snapshot {
+            app: app_ref.clone(),
+            desired_version: self.target(),
+            previous,
+            observed,
+            now: k8s_openapi::jiff::Timestamp::from_millisecond(self.now_ms)
+                .map_err(|e| Error::invalid_input(format!("now: {e}")))?,
+            plugin: PluginState::Serving {
+                label: label.clone(),
+                status: PluginStatus {
+                    reference: "fixture".into(),
+                    digest: "native".into(),
+                    short_digest: "native".into(),
+                    capabilities: capabilities
+                        .iter()
+                        .map(|c| c.interface().to_string())
+                        .collect(),
+                    loaded_at: None,
+                },
+                newer_refused: None,
+            },
+        };
+        let mut calls = NativeCalls {
+            native: P::NATIVE,
+            capabilities,
+            app: self.app.clone(),
+            observed: visible,
+            now_ms: self.now_ms,
+            label,
+        };
+        let check = NamespaceCheck {
+            namespace: app_ref.namespace,
+        };
+        Ok(decide::decide(&snapshot, &mut calls, &check))
+    }
+
+    /// The fixture as the cluster would be once `decision` was carried out: the App's status
+    /// is the decision's; applied objects and the backup Job are observed as the API server
+    /// returns them (with a uid and a resourceVersion); pruned and expired objects are gone.
+    /// Reconciling that again is how a test checks idempotence.
+    ///
+    /// # Panics
+    /// If the App JSON is not an object: fixtures are test code.
+    pub fn after(&self, decision: &Decision) -> Fixture {
+        let mut next = self.clone();
+        let mut app: Value = serde_json::from_str(&self.app).expect("fixture App is JSON");
+        app["status"] = serde_json::to_value(&decision.status).expect("status serializes");
+        next.app = app.to_string();
+        next.current_version = None;
+        let key = |o: &Value| {
+            let text = |p: &str| {
+                o.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            (text("/apiVersion"), text("/kind"), text("/metadata/name"))
+        };
+        let gone: BTreeSet<(String, String, String)> = decision
+            .prune
+            .iter()
+            .chain(&decision.backup_expire)
+            .map(|k| (k.api_version.clone(), k.kind.clone(), k.name.clone()))
+            .collect();
+        let existing: Vec<Value> = self
+            .observed
+            .iter()
+            .filter_map(|o| serde_json::from_str::<Value>(o).ok())
+            .collect();
+        // Applied over what exists: the plan's fields replace the live ones, the rest (status,
+        // server defaults) stays, as server-side apply leaves fields it does not manage.
+        let created: Vec<Value> = decision
+            .apply
+            .iter()
+            .chain(decision.backup_start.as_ref().map(|(_, job)| job))
+            .map(|object| {
+                let planned = object.to_value();
+                let mut live = existing
+                    .iter()
+                    .find(|o| key(o) == key(&planned))
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        serde_json::json!({"metadata": {
+                            "uid": format!("uid-{}", object.name()),
+                            "resourceVersion": "1",
+                        }})
+                    });
+                if let (Some(live), Some(planned)) = (live.as_object_mut(), planned.as_object()) {
+                    for (field, value) in planned {
+                        match (field.as_str(), live.get_mut(field), value.as_object()) {
+                            ("metadata", Some(Value::Object(meta)), Some(planned_meta)) => {
+                                meta.extend(planned_meta.clone());
+                            }
+                            _ => {
+                                live.insert(field.clone(), value.clone());
+                            }
+                        }
+                    }
+                }
+                live
+            })
+            .collect();
+        let replaced: BTreeSet<_> = created.iter().map(key).collect();
+        next.observed = existing
+            .into_iter()
+            .filter(|o| !gone.contains(&key(o)) && !replaced.contains(&key(o)))
+            .chain(created)
+            .map(|o| o.to_string())
+            .collect();
+        next
+    }
+}
+
+/// The plugin's traits as the decision core's calls.
+struct NativeCalls {
+    native: Native,
+    capabilities: BTreeSet<CoreCapability>,
+    app: String,
+    observed: Vec<String>,
+    now_ms: i64,
+    label: String,
+}
+
+impl NativeCalls {
+    /// The host's view of a plugin error: `InvalidConfig` or `PluginError`, naming the field.
+    fn refused(&self, interface: &str, err: Error) -> Failure {
+        let reason = match err.kind() {
+            ErrorKind::InvalidConfig => "InvalidConfig",
+            _ => "PluginError",
+        };
+        let field = err
+            .field()
+            .map(|f| format!(" (field {f})"))
+            .unwrap_or_default();
+        Failure::new(
+            reason,
+            format!(
+                "plugin {} refused {interface}: {}{field}",
+                self.label,
+                err.message()
+            ),
+        )
+    }
+
+    fn missing(&self, interface: &str) -> Failure {
+        Failure::new(
+            "CapabilityMissing",
+            format!("{} does not export {interface}", self.label),
+        )
+    }
+}
+
+fn object(label: &str, text: &str) -> Result<PluginObject, Failure> {
+    PluginObject::parse(text)
+        .map_err(|e| Failure::new("BadOutput", format!("plugin {label}: an object {e}")))
+}
+
+impl PluginCalls for NativeCalls {
+    fn capabilities(&self) -> &BTreeSet<CoreCapability> {
+        &self.capabilities
+    }
+
+    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
+        let gate = self.native.gate.ok_or_else(|| self.missing("upgrade"))?;
+        let decision = gate(
+            &self.app,
+            self.observed.clone(),
+            from.into(),
+            to.into(),
+            self.now_ms,
+        )
+        .map_err(|e| self.refused("upgrade", e))?;
+        Ok(match decision {
+            UpgradeDecision::Allow => GateDecision::Allow,
+            UpgradeDecision::Wait(reason) => GateDecision::Wait(reason),
+            UpgradeDecision::Deny(reason) => GateDecision::Deny(reason),
+        })
+    }
+
+    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<answers::Plan, Failure> {
+        let plan = self.native.plan.ok_or_else(|| self.missing("spec-diff"))?;
+        let raw = plan(
+            &self.app,
+            self.observed.clone(),
+            current.map(str::to_string),
+            target.into(),
+            self.now_ms,
+        )
+        .map_err(|e| self.refused("spec-diff", e))?;
+        Ok(answers::Plan {
+            objects: raw
+                .objects
+                .iter()
+                .map(|o| object(&self.label, o))
+                .collect::<Result<_, _>>()?,
+            requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
+        })
+    }
+
+    fn health(&mut self, version: &str) -> Result<answers::HealthReport, Failure> {
+        let check = self.native.check.ok_or_else(|| self.missing("health"))?;
+        let report = check(
+            &self.app,
+            self.observed.clone(),
+            version.into(),
+            self.now_ms,
+        )
+        .map_err(|e| self.refused("health", e))?;
+        Ok(answers::HealthReport {
+            state: match report.state {
+                HealthState::Healthy => answers::HealthState::Healthy,
+                HealthState::Progressing => answers::HealthState::Progressing,
+                HealthState::Degraded => answers::HealthState::Degraded,
+            },
+            conditions: report
+                .conditions
+                .into_iter()
+                .map(|c| answers::PluginCondition {
+                    type_: c.condition_type,
+                    status: match c.status {
+                        ConditionStatus::True => "True",
+                        ConditionStatus::False => "False",
+                        ConditionStatus::Unknown => "Unknown",
+                    },
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect(),
+            message: report.message,
+            rollout_complete: report.rollout_complete,
+        })
+    }
+
+    fn backup(&mut self, last_completed: Option<&str>) -> Result<answers::BackupDecision, Failure> {
+        let schedule = self.native.schedule.ok_or_else(|| self.missing("backup"))?;
+        let raw = schedule(
+            &self.app,
+            self.observed.clone(),
+            last_completed.map(str::to_string),
+            self.now_ms,
+        )
+        .map_err(|e| self.refused("backup", e))?;
+        Ok(answers::BackupDecision {
+            run: match raw.run {
+                Some((slot, job)) => Some((slot, object(&self.label, &job)?)),
+                None => None,
+            },
+            expire: raw.expire,
+            requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
+        })
+    }
+}
+
+/// The part of the host's guard that needs no policy: objects land in the App's namespace.
+struct NamespaceCheck {
+    namespace: String,
+}
+
+impl PlanCheck for NamespaceCheck {
+    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
+        objects
+            .into_iter()
+            .map(|mut object| {
+                let elsewhere = object
+                    .metadata()
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .is_some_and(|ns| ns != self.namespace);
+                if elsewhere {
+                    return Err(Failure::new(
+                        "PlanRejected",
+                        format!(
+                            "plan rejected: {}/{}: metadata.namespace: objects must be in the \
+                             App's namespace {}",
+                            object.kind(),
+                            object.name(),
+                            self.namespace
+                        ),
+                    ));
+                }
+                object.metadata_mut(|m| {
+                    m.insert("namespace".into(), Value::String(self.namespace.clone()));
+                });
+                Ok(object)
+            })
+            .collect()
+    }
+
+    fn check_backup_job(
+        &self,
+        _: &str,
+        _: &PluginObject,
+        _: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        Ok(())
+    }
+
+    fn prunable(&self, _: &str, _: &str) -> bool {
+        true
+    }
+}
