@@ -74,6 +74,8 @@ struct Inner {
     probe: Mutex<Link>,
     reconciles: Mutex<HashMap<u64, (String, Instant)>>,
     next_reconcile: AtomicU64,
+    /// When each App is next due for a reconcile (its requeue), until one starts.
+    due: Mutex<HashMap<String, Instant>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,6 +98,7 @@ impl ApiHealth {
                 probe: Mutex::default(),
                 reconciles: Mutex::default(),
                 next_reconcile: AtomicU64::new(0),
+                due: Mutex::default(),
             }),
         }
     }
@@ -143,8 +146,24 @@ impl ApiHealth {
         }
     }
 
+    /// `app` asked to be reconciled again at `at` (its requeue).
+    pub fn reconcile_due(&self, app: String, at: Instant) {
+        lock(&self.inner.due).insert(app, at);
+    }
+
+    /// Forgets when `app` is due: deleted, or waiting for a change rather than a time.
+    pub fn forget(&self, app: &str) {
+        lock(&self.inner.due).remove(app);
+    }
+
+    /// Keeps the due times of the Apps `exists` still knows (the controller's App cache).
+    pub fn retain_due(&self, exists: impl Fn(&str) -> bool) {
+        lock(&self.inner.due).retain(|app, _| exists(app));
+    }
+
     /// Marks a reconcile of `app` as running until the returned guard drops.
     pub fn reconcile_started(&self, app: String) -> ReconcileGuard {
+        lock(&self.inner.due).remove(&app);
         let id = self.inner.next_reconcile.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.reconciles).insert(id, (app, Instant::now()));
         ReconcileGuard {
@@ -187,8 +206,9 @@ impl ApiHealth {
         }
     }
 
-    /// `Ok` unless a link has failed for longer than `unhealthy_after` or a reconcile has run
-    /// that long.
+    /// `Ok` unless a link has failed for longer than `unhealthy_after`, a reconcile has run
+    /// that long, or an App has been due that long without a reconcile starting (the
+    /// controller's loop stalled: its queue is not being worked).
     pub fn liveness(&self, now: Instant) -> Result<(), String> {
         let mut problems = self.failing_longer_than(self.inner.unhealthy_after, now);
         for (app, started) in lock(&self.inner.reconciles).values() {
@@ -199,6 +219,20 @@ impl ApiHealth {
                     running.as_secs()
                 ));
             }
+        }
+        let mut overdue: Vec<(String, Duration)> = lock(&self.inner.due)
+            .iter()
+            .map(|(app, due)| (app.clone(), now.saturating_duration_since(*due)))
+            .filter(|(_, late)| *late > self.inner.unhealthy_after)
+            .collect();
+        overdue.sort();
+        if let Some((app, late)) = overdue.first() {
+            problems.push(format!(
+                "the controller has stalled: App {app} was due {}s ago and no reconcile has \
+                 started ({} Apps overdue)",
+                late.as_secs(),
+                overdue.len()
+            ));
         }
         if problems.is_empty() {
             Ok(())
@@ -327,6 +361,27 @@ mod tests {
     use super::*;
 
     const PATH: &str = "/api/v1/namespaces/ns/configmaps";
+
+    #[test]
+    fn an_app_overdue_past_the_threshold_means_a_stalled_controller() {
+        let health = ApiHealth::new(Duration::from_secs(10), Duration::from_secs(300));
+        let t0 = Instant::now();
+        health.reconcile_due("ns/a".into(), t0 + Duration::from_secs(5));
+        assert!(
+            health.liveness(t0 + Duration::from_secs(300)).is_ok(),
+            "due, not overdue"
+        );
+        let err = health
+            .liveness(t0 + Duration::from_secs(306))
+            .expect_err("overdue past the threshold");
+        assert!(err.contains("stalled") && err.contains("ns/a"), "{err}");
+        // A reconcile starting clears it; so does the App leaving the cache.
+        drop(health.reconcile_started("ns/a".into()));
+        assert!(health.liveness(t0 + Duration::from_secs(306)).is_ok());
+        health.reconcile_due("ns/b".into(), t0);
+        health.retain_due(|app| app != "ns/b");
+        assert!(health.liveness(t0 + Duration::from_secs(400)).is_ok());
+    }
 
     #[test]
     fn a_watch_failing_past_the_threshold_makes_the_host_unready_until_it_reconnects() {

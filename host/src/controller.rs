@@ -27,10 +27,10 @@ use tokio_stream::wrappers::BroadcastStream;
 use crate::{
     api_health::ApiHealth,
     app::App,
+    plugin::runtime::PluginRuntime,
     plugin::source::{OciRules, SourceRef},
     policy::{Resolution, view::PolicyView},
     reconcile::{self, Context, fetch::Stores},
-    run::PluginRuntime,
     watch_backoff::{NoDelay, WatchBackoff},
 };
 
@@ -151,6 +151,26 @@ pub async fn run(
             }));
     }
     let policy_moves = policy_changes(settings.policies.clone(), apps.clone());
+    // An App deleted (or moved out of reach) is no longer due: the stall check of /healthz
+    // looks only at Apps the cache still holds.
+    let forget_deleted = {
+        let (apps, health) = (apps.clone(), settings.health.clone());
+        // Other namespaces' controllers share the health state: leave their Apps alone.
+        let mine = settings.namespace.clone().map(|ns| format!("{ns}/"));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                let keys: std::collections::HashSet<String> = apps
+                    .state()
+                    .iter()
+                    .map(|a| format!("{}/{}", a.namespace().unwrap_or_default(), a.name_any()))
+                    .collect();
+                health.retain_due(|key| {
+                    keys.contains(key) || mine.as_ref().is_some_and(|p| !key.starts_with(p))
+                });
+            }
+        })
+    };
 
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
@@ -185,8 +205,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client: client.clone(),
         stores,
-        plugins: runtime.registry.clone(),
-        sources: runtime.watcher.clone(),
+        plugins: runtime.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         failures: Default::default(),
         health: settings.health.clone(),
@@ -215,6 +234,7 @@ pub async fn run(
             }
         })
         .await;
+    forget_deleted.abort();
 }
 
 /// What about an App calls for a reconcile: its spec (generation), its finalizers and its

@@ -1,7 +1,22 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, for running more than one replica:
-//! only the holder reconciles; a replica that cannot renew in time steps down.
+//! only the holder reconciles.
+//!
+//! The rules are client-go's (`k8s.io/client-go/tools/leaderelection/leaderelection.go`,
+//! `tryAcquireOrRenew` and `release`):
+//! - a candidate never compares the holder's `renewTime` with its own clock (the two clocks
+//!   may disagree by more than the lease): it records when *it* observed the record change,
+//!   and takes the lease only once `leaseDurationSeconds` passed on its own clock without a
+//!   change;
+//! - the holder renews every [`RETRY_PERIOD`] and gives up when it could not renew within
+//!   [`RENEW_DEADLINE`] of its last success, which is shorter than [`LEASE_DURATION`], so it has
+//!   stopped before any candidate may take over;
+//! - on graceful shutdown the holder releases the lease (empty holder, a one-second duration), so
+//!   a standby takes over at its next retry instead of after a whole lease.
+//!
+//! A replica that loses the lease exits at once (as controller-runtime does): a deposed leader
+//! must not finish the reconciles it had started.
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -12,21 +27,28 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
 };
-use tokio::sync::watch;
+use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
-/// How long a lease holds without renewal.
+/// How long a lease holds without renewal (client-go's default for controllers: 15 s).
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
-/// How often the holder renews, and a candidate retries.
+/// How often the holder renews, and a candidate retries (client-go: 2 s).
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
-/// A holder that has not renewed for this long steps down, well before a standby may take
-/// the lease (`LEASE_DURATION` after the last renewal it saw).
+/// A holder that has not renewed for this long steps down (client-go: 10 s), well before a
+/// candidate may take the lease ([`LEASE_DURATION`] after it last saw the record change).
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The lease record as last observed, and when (on this replica's clock).
+struct Observed {
+    spec: LeaseSpec,
+    at: Instant,
+}
 
 /// One replica's claim on the lease.
 pub struct LeaderElector {
     api: Api<Lease>,
     name: String,
     identity: String,
+    observed: Mutex<Option<Observed>>,
 }
 
 impl LeaderElector {
@@ -36,6 +58,24 @@ impl LeaderElector {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             identity: identity.into(),
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// Records `spec` as observed now if it differs from what was observed before; returns when
+    /// the current record was first observed.
+    fn observe(&self, spec: &LeaseSpec) -> Instant {
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        match observed.as_ref() {
+            Some(o) if o.spec == *spec => o.at,
+            _ => {
+                let at = Instant::now();
+                *observed = Some(Observed {
+                    spec: spec.clone(),
+                    at,
+                });
+                at
+            }
         }
     }
 
@@ -51,52 +91,82 @@ impl LeaderElector {
             lease_transitions: Some(transitions),
             ..Default::default()
         };
-        match self.api.get_opt(&self.name).await? {
-            None => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(self.name.clone()),
-                        ..Default::default()
-                    },
-                    spec: Some(mine(0, None)),
-                };
-                match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                    Err(err) => Err(err),
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let spec = mine(0, None);
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(spec.clone()),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => {
+                    self.observe(&spec);
+                    Ok(true)
                 }
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(err) => Err(err),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let observed_at = self.observe(&spec);
+        let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty());
+        let held_by_me = holder == Some(self.identity.as_str());
+        let duration = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(secs)).unwrap_or(0),
+        );
+        // Valid while the record has not changed for a whole lease duration on our clock.
+        let valid = observed_at.elapsed() < duration;
+        if holder.is_some() && !held_by_me && valid {
+            return Ok(false);
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!held_by_me);
+        let acquired = if held_by_me { spec.acquire_time } else { None };
+        let next = mine(transitions, acquired);
+        lease.spec = Some(next.clone());
+        // replace carries the resourceVersion: two candidates cannot both win.
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                self.observe(&next);
+                Ok(true)
             }
-            Some(mut lease) => {
-                let spec = lease.spec.clone().unwrap_or_default();
-                let held_by_me = spec.holder_identity.as_deref() == Some(self.identity.as_str());
-                let duration = i64::from(spec.lease_duration_seconds.unwrap_or(secs));
-                let expired = spec
-                    .renew_time
-                    .as_ref()
-                    .is_none_or(|t| now.as_second() - t.0.as_second() > duration);
-                if !held_by_me && !expired && spec.holder_identity.is_some() {
-                    return Ok(false);
-                }
-                let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!held_by_me);
-                let acquired = if held_by_me { spec.acquire_time } else { None };
-                lease.spec = Some(mine(transitions, acquired));
-                // replace carries the resourceVersion: two candidates cannot both win.
-                match self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await
-                {
-                    Ok(_) => Ok(true),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                    Err(err) => Err(err),
-                }
-            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(err) => Err(err),
         }
     }
 
-    /// Waits until this replica holds the lease, then keeps renewing it in the background; the
-    /// returned receiver turns `false` if leadership is lost.
-    pub async fn acquire(self) -> watch::Receiver<bool> {
+    /// Gives the lease up if this replica holds it: empty holder, one-second duration (as
+    /// client-go's `release`), so a standby need not wait out the lease.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        let now = MicroTime(Timestamp::now());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: spec.lease_transitions,
+            ..Default::default()
+        });
+        self.api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until this replica holds the lease, then keeps renewing it in the background.
+    pub async fn acquire(self) -> Leadership {
         loop {
             match self.try_acquire().await {
                 Ok(true) => break,
@@ -106,33 +176,79 @@ impl LeaderElector {
             tokio::time::sleep(RETRY_PERIOD).await;
         }
         tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+        let elector = std::sync::Arc::new(self);
         let (tx, rx) = watch::channel(true);
-        tokio::spawn(async move {
-            let mut last_renewed = tokio::time::Instant::now();
-            loop {
-                tokio::time::sleep(RETRY_PERIOD).await;
-                // Measured from before the attempt: the renewTime it writes is taken then too.
-                let attempt = tokio::time::Instant::now();
-                let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
-                match tokio::time::timeout(left, self.try_acquire()).await {
-                    Ok(Ok(true)) => last_renewed = attempt,
-                    Ok(Ok(false)) => {
-                        tracing::warn!(lease = %self.name, "leadership taken by another replica");
-                        let _ = tx.send(false);
-                        return;
-                    }
-                    Ok(Err(err)) => {
-                        tracing::warn!(lease = %self.name, error = %err, "renewing the lease failed")
-                    }
-                    Err(_) => tracing::warn!(lease = %self.name, "renewing the lease timed out"),
-                }
-                if last_renewed.elapsed() >= RENEW_DEADLINE {
-                    tracing::warn!(lease = %self.name, "could not renew within the renew deadline; stepping down");
-                    let _ = tx.send(false);
-                    return;
-                }
+        let renewer = tokio::spawn(renew(std::sync::Arc::clone(&elector), tx));
+        Leadership {
+            elector,
+            renewer,
+            leading: rx,
+        }
+    }
+}
+
+/// Renews until the renew deadline passes without a renewal or another replica holds the
+/// lease; then `tx` turns `false`.
+async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) {
+    let mut last_renewed = Instant::now();
+    loop {
+        tokio::time::sleep(RETRY_PERIOD).await;
+        // Measured from before the attempt: the renewTime it writes is taken then too.
+        let attempt = Instant::now();
+        let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
+        match tokio::time::timeout(left, elector.try_acquire()).await {
+            Ok(Ok(true)) => last_renewed = attempt,
+            Ok(Ok(false)) => {
+                tracing::error!(lease = %elector.name, "leadership taken by another replica");
+                let _ = tx.send(false);
+                return;
             }
-        });
-        rx
+            Ok(Err(err)) => {
+                tracing::warn!(lease = %elector.name, error = %err, "renewing the lease failed")
+            }
+            Err(_) => tracing::warn!(lease = %elector.name, "renewing the lease timed out"),
+        }
+        if last_renewed.elapsed() >= RENEW_DEADLINE {
+            tracing::error!(lease = %elector.name, "could not renew within the renew deadline");
+            let _ = tx.send(false);
+            return;
+        }
+    }
+}
+
+/// This replica leads until [`Leadership::watch`] turns `false` or it releases the lease.
+pub struct Leadership {
+    elector: std::sync::Arc<LeaderElector>,
+    renewer: JoinHandle<()>,
+    leading: watch::Receiver<bool>,
+}
+
+impl Leadership {
+    /// Turns `false` when leadership is lost (renew deadline passed, or the lease taken); its
+    /// sender is dropped when the lease is released.
+    pub fn watch(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
+    }
+
+    /// Stops renewing and gives the lease up (graceful shutdown, once no reconcile runs).
+    pub async fn release(self) {
+        self.renewer.abort();
+        if *self.leading.borrow()
+            && let Err(err) = self.elector.release().await
+        {
+            tracing::warn!(lease = %self.elector.name, error = %err, "releasing the lease failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_steps_down_before_a_candidate_may_take_over() {
+        // client-go requires LeaseDuration > RenewDeadline > RetryPeriod * JitterFactor (1.2).
+        assert!(LEASE_DURATION > RENEW_DEADLINE);
+        assert!(RENEW_DEADLINE.as_secs_f64() > RETRY_PERIOD.as_secs_f64() * 1.2);
     }
 }

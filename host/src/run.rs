@@ -1,9 +1,8 @@
 //! `wasmop run`: connect to the cluster, install the CRDs, serve probes, run until signalled.
 
-use std::{path::PathBuf, sync::Arc};
+use std::sync::Arc;
 
 use anyhow::Context;
-use kube::Client;
 use prometheus_client::registry::Registry;
 use tracing::info;
 
@@ -12,83 +11,10 @@ use crate::{
     cli::RunArgs,
     controller, crd_install,
     leader::LeaderElector,
-    plugin::{
-        budget::MemoryBudget,
-        cache::{Cache, CacheKey},
-        compiler::{CompileLimits, Compiler},
-        engine::PluginEngine,
-        metrics::PluginMetrics,
-        registry::PluginRegistry,
-        source::oci::OciSource,
-        watch::SourceWatcher,
-    },
+    plugin::runtime::PluginRuntime,
     policy::view::PolicyView,
     probes::Probes,
 };
-
-/// The plugin side of the host: engine, cache, loaded-plugin registry, source watcher.
-pub struct PluginRuntime {
-    /// Loaded plugins by source.
-    pub registry: Arc<PluginRegistry>,
-    /// Follows the sources in use.
-    pub watcher: Arc<SourceWatcher>,
-}
-
-impl PluginRuntime {
-    /// Builds the runtime from the command line and registers its metrics.
-    pub fn start(args: &RunArgs, client: &Client, metrics: &mut Registry) -> anyhow::Result<Self> {
-        let (budget, from) = match args.memory_budget {
-            Some(bytes) => (MemoryBudget::new(bytes), "--memory-budget".to_string()),
-            None => MemoryBudget::from_cgroup(),
-        };
-        info!(mib = budget.total_bytes() >> 20, from = %from, "plugin memory budget");
-        let compiler = Compiler::worker(CompileLimits {
-            memory_bytes: args.compile_memory,
-            timeout: args.compile_timeout,
-        })
-        .context("finding the wasmop binary to run compile workers")?;
-        let engine = PluginEngine::with_compiler(budget, compiler)
-            .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
-        let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
-        let mut cache = Cache::bounded(&dir, args.cache_max_bytes)
-            .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
-        let key = match &args.cache_key_file {
-            Some(path) => CacheKey::from_file(path)
-                .with_context(|| format!("reading the cache key {}", path.display()))?,
-            None => None,
-        };
-        match key {
-            Some(key) => cache = cache.with_key(key),
-            None => info!(
-                "no cache key file (--cache-key-file): compiled plugins are authenticated with a \
-                 key of this process's own, so a restart recompiles them"
-            ),
-        }
-        info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
-        let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));
-        let oci = OciSource::new(
-            args.registry_config.as_deref(),
-            args.insecure_registries.clone(),
-        )?
-        .with_client(client.clone());
-        let watcher = SourceWatcher::new(
-            registry.clone(),
-            Arc::new(oci),
-            Some(client.clone()),
-            args.poll_interval,
-            args.file_root.clone(),
-        );
-        Ok(Self { registry, watcher })
-    }
-}
-
-fn default_cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache"))
-        .join("wasmop/plugins")
-}
 
 /// Runs the host until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -143,6 +69,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
     };
 
+    let mut leadership = None;
     if args.leader_elect {
         let identity =
             // Outside a Pod the pid alone is not unique (it is 1 in every container).
@@ -159,17 +86,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // A standby is healthy and ready to take over; it turns not-ready once it leads, until
         // its caches have synced.
         probes.set_ready(true);
-        let mut leading = tokio::select! {
+        let leading = tokio::select! {
             leading = elector.acquire() => leading,
             () = stopped(stop_rx.clone()) => { server.abort(); return Ok(()); }
         };
         probes.set_ready(false);
-        let stop_tx = stop_tx.clone();
+        let mut lost = leading.watch();
         tokio::spawn(async move {
-            let _ = leading.wait_for(|leading| !*leading).await;
-            tracing::error!("lost leadership; stopping");
-            let _ = stop_tx.send(true);
+            // Err: the renewer was stopped by a graceful release, which is no loss.
+            if lost.wait_for(|leading| !*leading).await.is_ok() {
+                // A deposed leader must not finish what it started: another replica may act
+                // from the moment its own lease clock runs out (client-go's renew deadline
+                // keeps that moment after this one). Exit, as controller-runtime does.
+                tracing::error!("lost leadership; exiting");
+                std::process::exit(1);
+            }
         });
+        leadership = Some(leading);
     }
 
     // Policies are read only once leading, so a standby never writes their status.
@@ -210,6 +143,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     futures::future::join_all(controllers).await;
     probes.set_ready(false);
+    // No reconcile runs any more: hand the lease over now rather than after a lease duration.
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+        info!("released the leader lease");
+    }
     api_probe.abort();
     policy_task.abort();
     signals.abort();

@@ -99,6 +99,20 @@ impl Host {
         self.child.id()
     }
 
+    /// Stops the host as the kubelet does (SIGTERM) and waits for it to exit; returns its exit
+    /// status.
+    pub async fn terminate(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let pid = self
+            .child
+            .id()
+            .ok_or_else(|| anyhow::anyhow!("the host already exited"))?;
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(sent.success(), "kill -TERM {pid} failed");
+        Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
+    }
+
     /// Whether the process still runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -766,22 +780,45 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
     assert_eq!(metric_sum(&metrics, "wasmop_api_writes_total").await?, 0.0);
     assert!(metric_sum(&first.url("/metrics"), "wasmop_api_writes_total").await? > 0.0);
 
-    drop(first);
+    // A graceful stop releases the lease: the standby takes over at its next retry (2 s), not
+    // after a whole lease (15 s).
+    let stopped = std::time::Instant::now();
+    let status = first.terminate().await?;
+    assert!(status.success(), "a graceful stop exits 0: {status}");
     let next = format!("{}-b", ns.name);
     wait_for(
-        "the standby to take the lease",
-        Duration::from_secs(40),
+        "the standby to take the released lease",
+        Duration::from_secs(8),
         || async { Ok(holder().await?.filter(|h| *h == next).map(|_| ())) },
     )
     .await?;
+    println!(
+        "standby took the released lease {:.1}s after SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
     create_one_replica_app(&apps, "two", &image, "Ready under the new leader").await?;
+    // A leader killed outright holds the lease until it runs out on the standby's clock.
+    let third = Host::start_with(&local, &ns.name, &args, &format!("{}-c", ns.name)).await?;
+    assert_eq!(
+        metric_sum(&third.url("/metrics"), "wasmop_reconcile_total").await?,
+        0.0
+    );
     drop(second);
+    let last = format!("{}-c", ns.name);
+    wait_for(
+        "the last standby to take the lease of a killed leader",
+        Duration::from_secs(40),
+        || async { Ok(holder().await?.filter(|h| *h == last).map(|_| ())) },
+    )
+    .await?;
+    create_one_replica_app(&apps, "three", &image, "Ready under the third leader").await?;
+    drop(third);
     ns.delete().await
 }
 
 /// The operator checklist's first rule, on the real control plane: once an App is Ready, a
-/// reconcile (here forced by touching the App's metadata, and any Pod or StatefulSet status
-/// update meanwhile) writes nothing: no apply, no delete, no status patch.
+/// reconcile (here forced by touching an owned object's annotations, and any Pod or
+/// StatefulSet status update meanwhile) writes nothing: no apply, no delete, no status patch.
 #[tokio::test]
 async fn a_ready_app_reconciles_without_writing() -> anyhow::Result<()> {
     let local = Local::discover()?;
@@ -807,8 +844,17 @@ async fn a_ready_app_reconciles_without_writing() -> anyhow::Result<()> {
     }
     assert!(before > 0.0, "the App's objects were written once");
     let reconciled = reconciles().await?;
-    apps.patch(
-        "steady",
+    // A change to an owned object reconciles its App (an App's own metadata does not).
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let set = sets
+        .list(&ListParams::default().labels("wasmop.dev/app=steady"))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the App's StatefulSet"))?;
+    sets.patch(
+        &set.name_any(),
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
     )

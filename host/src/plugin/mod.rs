@@ -24,6 +24,7 @@ pub mod limits;
 pub mod log_limit;
 pub mod metrics;
 pub mod registry;
+pub mod runtime;
 pub mod sandbox;
 pub mod source;
 pub mod watch;

@@ -70,8 +70,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     }
     let state = source.as_ref().map(|s| {
         // After a restart the registry is empty: load the plugin before deciding anything.
-        ctx.sources.ensure(s);
-        ctx.plugins.get(s)
+        ctx.plugins.acquire(s)
     });
     // The plugin decides what deletion does (retention): until it is loaded (as after every
     // restart) or while its source fails, deletion waits rather than skipping `finalize`.

@@ -52,7 +52,7 @@ impl ReconcileMetrics {
         };
         registry.register(
             "reconcile",
-            "Reconciles of Apps by result (success, failed, error, requeue)",
+            "Reconciles of Apps by result: success, backoff (the decision was a failure), error",
             metrics.reconciles.clone(),
         );
         registry.register(
@@ -191,13 +191,16 @@ pub async fn execute(
         publish(ctx, app, event).await;
     }
     let key = app_key(app);
-    Ok(Action::requeue(match decision.requeue {
+    let after = match decision.requeue {
         Requeue::Backoff => ctx.failures.failed(&key),
         Requeue::After(after) => {
             ctx.failures.succeeded(&key);
             after
         }
-    }))
+    };
+    ctx.health
+        .reconcile_due(key, std::time::Instant::now() + after);
+    Ok(Action::requeue(after))
 }
 
 /// How the API server is reached for `key`'s kind: one of the policy's kinds (the guard passed
@@ -363,5 +366,63 @@ pub async fn publish(ctx: &Context, app: &App, event: &Event) {
     };
     if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
         tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::{encoding::text::encode, registry::Registry};
+
+    use super::ReconcileMetrics;
+    use crate::plugin::metrics::PluginMetrics;
+
+    /// Every `wasmop_*` metric the shipped dashboard and the README name is one the host
+    /// exports: renaming a metric fails here, not on someone's empty panel.
+    #[test]
+    fn the_dashboard_and_the_readme_name_only_exported_metrics() {
+        let mut registry = Registry::with_prefix("wasmop");
+        // A family shows in the text only once it has a series: record one of each.
+        let reconcile = ReconcileMetrics::register(&mut registry);
+        reconcile.reconciled("success", std::time::Instant::now());
+        reconcile.wrote("apply", "ConfigMap");
+        let plugin = PluginMetrics::register(&mut registry);
+        plugin.load("loaded", "");
+        plugin.compiled(0.1, false);
+        plugin.call("spec-diff", 0.001, Some("PluginTrapped"));
+        let mut text = String::new();
+        encode(&mut text, &registry).expect("encodes");
+        let exported: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        for file in ["deploy/monitoring/wasmop-dashboard.json", "README.md"] {
+            let body = std::fs::read_to_string(format!("{root}/{file}")).expect(file);
+            let mut named = 0;
+            for word in body.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let Some(rest) = word.strip_prefix("wasmop_") else {
+                    continue;
+                };
+                if rest.is_empty()
+                    || rest == "sdk"
+                    || rest == "host"
+                    || rest == "core"
+                    || rest == "e2e"
+                {
+                    continue;
+                }
+                let base = ["_bucket", "_count", "_sum", "_total"]
+                    .iter()
+                    .find_map(|s| word.strip_suffix(s))
+                    .unwrap_or(word);
+                assert!(
+                    exported.contains(&base),
+                    "{file} names {word}, which is not exported: {exported:?}"
+                );
+                named += 1;
+            }
+            assert!(named > 0, "{file} names no metric");
+        }
     }
 }

@@ -33,10 +33,7 @@ use kube::{
 };
 
 use crate::{
-    api_health::ApiHealth,
-    app::App,
-    plugin::{registry::PluginRegistry, watch::SourceWatcher},
-    policy::view::PolicyView,
+    api_health::ApiHealth, app::App, plugin::runtime::PluginRuntime, policy::view::PolicyView,
 };
 use fetch::Stores;
 
@@ -51,10 +48,8 @@ pub struct Context {
     pub client: Client,
     /// Reflector caches.
     pub stores: Stores,
-    /// Loaded plugins.
-    pub plugins: Arc<PluginRegistry>,
-    /// Follows the plugin sources in use.
-    pub sources: Arc<SourceWatcher>,
+    /// The plugins: loaded ones, and the sources they come from.
+    pub plugins: PluginRuntime,
     /// Publishes Events.
     pub recorder: Recorder,
     /// Consecutive failures per App, for exponential backoff.
@@ -85,6 +80,14 @@ impl Backoff {
         SHORT_REQUEUE
             .saturating_mul(1 << (*count - 1).min(10))
             .min(MAX_BACKOFF)
+    }
+
+    /// Whether `key` failed since its last success.
+    pub fn is_failing(&self, key: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(key)
     }
 
     /// Forgets the failures of `key`.
@@ -156,8 +159,14 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
         }
     })
     .await;
-    ctx.metrics
-        .reconciled(if result.is_ok() { "success" } else { "error" }, started);
+    // `backoff`: the reconcile ran, but what it decided was a failure (a plugin fault, a plan
+    // refused): the App is retried with backoff like an error.
+    let outcome = match &result {
+        Err(_) => "error",
+        Ok(_) if ctx.failures.is_failing(&key) => "backoff",
+        Ok(_) => "success",
+    };
+    ctx.metrics.reconciled(outcome, started);
     result.map_err(|err| match err {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer {
@@ -170,7 +179,10 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
 /// What the controller does after a failed reconcile.
 pub fn error_policy(app: Arc<App>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(app = %app_key(&app), reason = error.metric_label(), error = %error, "reconcile failed");
-    Action::requeue(ctx.failures.failed(&app_key(&app)))
+    let after = ctx.failures.failed(&app_key(&app));
+    ctx.health
+        .reconcile_due(app_key(&app), std::time::Instant::now() + after);
+    Action::requeue(after)
 }
 
 /// Decides and performs one reconcile of a live App.

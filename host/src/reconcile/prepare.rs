@@ -125,8 +125,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             format!("{reason} (under {})", governing.name),
         );
     }
-    ctx.sources.ensure(&source);
-    let state = ctx.plugins.get(&source);
+    let state = ctx.plugins.acquire(&source);
     let Some(loaded) = state.current.clone() else {
         let plugin = match &state.last_error {
             Some(err) => PluginState::Broken {

@@ -1,0 +1,95 @@
+//! The plugin runtime of a running host: the engine, the on-disk cache, the registry of loaded
+//! plugins and the watcher of their sources, built once from the command line; reconciles
+//! reach a plugin through [`PluginRuntime::acquire`].
+
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tracing::info;
+
+use super::{
+    budget::MemoryBudget,
+    cache::{Cache, CacheKey},
+    compiler::{CompileLimits, Compiler},
+    engine::PluginEngine,
+    metrics::PluginMetrics,
+    registry::{PluginRegistry, PluginState},
+    source::{SourceRef, oci::OciSource},
+    watch::SourceWatcher,
+};
+use crate::cli::RunArgs;
+
+/// The plugin side of the host: engine, cache, loaded-plugin registry, source watcher.
+#[derive(Clone)]
+pub struct PluginRuntime {
+    /// Loaded plugins by source.
+    pub registry: Arc<PluginRegistry>,
+    /// Follows the sources in use.
+    pub watcher: Arc<SourceWatcher>,
+}
+
+impl PluginRuntime {
+    /// Builds the runtime from the command line and registers its metrics.
+    pub fn start(args: &RunArgs, client: &Client, metrics: &mut Registry) -> anyhow::Result<Self> {
+        let (budget, from) = match args.memory_budget {
+            Some(bytes) => (MemoryBudget::new(bytes), "--memory-budget".to_string()),
+            None => MemoryBudget::from_cgroup(),
+        };
+        info!(mib = budget.total_bytes() >> 20, from = %from, "plugin memory budget");
+        let compiler = Compiler::worker(CompileLimits {
+            memory_bytes: args.compile_memory,
+            timeout: args.compile_timeout,
+        })
+        .context("finding the wasmop binary to run compile workers")?;
+        let engine = PluginEngine::with_compiler(budget, compiler)
+            .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
+        let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        let mut cache = Cache::bounded(&dir, args.cache_max_bytes)
+            .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
+        let key = match &args.cache_key_file {
+            Some(path) => CacheKey::from_file(path)
+                .with_context(|| format!("reading the cache key {}", path.display()))?,
+            None => None,
+        };
+        match key {
+            Some(key) => cache = cache.with_key(key),
+            None => info!(
+                "no cache key file (--cache-key-file): compiled plugins are authenticated with a \
+                 key of this process's own, so a restart recompiles them"
+            ),
+        }
+        info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
+        let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));
+        let oci = OciSource::new(
+            args.registry_config.as_deref(),
+            args.insecure_registries.clone(),
+        )?
+        .with_client(client.clone());
+        let watcher = SourceWatcher::new(
+            registry.clone(),
+            Arc::new(oci),
+            Some(client.clone()),
+            args.poll_interval,
+            args.file_root.clone(),
+        );
+        Ok(Self { registry, watcher })
+    }
+
+    /// The state of the plugin behind `source`, and a promise to follow it: the first
+    /// `acquire` of a source starts its fetch (after a restart the registry is empty), and the
+    /// watcher offers every new version to the registry from then on.
+    pub fn acquire(&self, source: &SourceRef) -> PluginState {
+        self.watcher.ensure(source);
+        self.registry.get(source)
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("wasmop/plugins")
+}

@@ -1,0 +1,141 @@
+//! `wasmop plugin ...`: the plugin author's loop — scaffold, build, inspect, run against
+//! fixtures, push, pull — one module per subcommand. Everything runs the host's own pipeline
+//! (verify, compile, validate, sandboxed calls, guard, the decision core), so what passes here
+//! behaves the same in the host.
+
+mod build;
+mod inspect;
+mod oci;
+mod reconcile;
+mod run;
+mod scaffold;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::{
+    cli::PluginCommand,
+    plugin::{Digest, compile::CompiledPlugin, engine::PluginEngine},
+    reconcile::guard,
+};
+
+/// Runs one `wasmop plugin` subcommand.
+pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::New { name, dir, sdk } => scaffold::scaffold(&name, dir, sdk),
+        PluginCommand::Build { path } => {
+            blocking(move || build::build(&path.unwrap_or_else(|| PathBuf::from(".")))).await
+        }
+        PluginCommand::Inspect { plugin, json } => inspect::inspect(&plugin, json).await,
+        PluginCommand::Run {
+            plugin,
+            app,
+            observed,
+            capability,
+            now,
+            policy,
+            json,
+        } => {
+            let policy = match policy {
+                Some(path) => run::read_policy(&path)?,
+                None => guard::Policy::default(),
+            };
+            let request = run::RunRequest {
+                app,
+                observed,
+                which: capability,
+                now,
+                policy,
+                json,
+            };
+            run::run_capabilities(&plugin, request).await
+        }
+        PluginCommand::Push {
+            file,
+            reference,
+            insecure,
+        } => oci::push(&file, &reference, insecure).await,
+        PluginCommand::Pull {
+            reference,
+            output,
+            insecure,
+        } => oci::pull(&reference, &output, insecure).await,
+    }
+}
+
+/// Runs plugin work on a blocking thread: wasmtime calls are synchronous, and WASI's stdio
+/// must not block a runtime worker.
+async fn blocking<R: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<R> + Send + 'static,
+) -> anyhow::Result<R> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .context("plugin work panicked")?
+}
+
+/// The engine stays in its `Arc`: its epoch ticker (the deadlines) lives as long as it does.
+fn prepare(
+    label: &str,
+    bytes: &[u8],
+) -> anyhow::Result<(std::sync::Arc<PluginEngine>, CompiledPlugin)> {
+    let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let plugin = CompiledPlugin::prepare(&engine, None, label, bytes, Digest::of(bytes))?;
+    Ok((engine, plugin))
+}
+
+/// Reads YAML or JSON documents: one object, a list, a `kind: List`, or several documents.
+fn read_objects(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in
+            std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?
+        {
+            let file = entry?.path();
+            if file
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            {
+                files.push(file);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut objects = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document)
+                .with_context(|| format!("parsing {}", file.display()))?;
+            match value {
+                Value::Null => {}
+                Value::Array(items) => objects.extend(items),
+                Value::Object(ref map)
+                    if map.get("kind").and_then(Value::as_str) == Some("List") =>
+                {
+                    objects.extend(
+                        map.get("items")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+                other => objects.push(other),
+            }
+        }
+    }
+    Ok(objects)
+}
+
+fn print_value(out: &Value, json_out: bool) -> anyhow::Result<()> {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(out)?);
+    } else {
+        print!("{}", serde_yaml::to_string(out)?);
+    }
+    Ok(())
+}

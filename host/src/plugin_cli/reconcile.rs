@@ -1,0 +1,239 @@
+//! `plugin run --capability reconcile`: the host's decision for one App, from files.
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::{
+    plugin::{
+        Capability, compile::CompiledPlugin, engine::PluginEngine, input::AppContext,
+        limits::CallLimits, sandbox::CallTags,
+    },
+    reconcile::guard,
+};
+
+/// What `plugin run --capability reconcile` decides on.
+pub(super) struct ReconcileOnce<'a> {
+    pub(super) plugin: &'a str,
+    pub(super) engine: &'a PluginEngine,
+    pub(super) compiled: &'a CompiledPlugin,
+    pub(super) app: &'a Value,
+    pub(super) observed: &'a [Value],
+    pub(super) now_ms: i64,
+    pub(super) limits: CallLimits,
+    pub(super) policy: &'a guard::Policy,
+}
+
+/// The host's decision for the App, as the host makes it ([`wasmop_core::decide`] with the
+/// host's guard): the objects it would apply (stamped), prune, the backup Job, the status, the
+/// events. The observed objects stand for the cluster: a planned object found there but not
+/// owned by the App is refused as the host refuses it. A decision the host would back off
+/// from (a plugin fault, a rejected plan) is an error naming the cause.
+pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
+    use wasmop_core::{
+        Requeue, Snapshot,
+        decide::{self, PluginState},
+        observed::{ObservedObject, visible_to},
+        stamp::AppRef,
+        status::{AppStatus, PluginStatus},
+    };
+    let text = |p: &str| {
+        run.app
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let app_ref = AppRef {
+        name: text("/metadata/name"),
+        namespace: text("/metadata/namespace"),
+        uid: text("/metadata/uid"),
+        generation: run
+            .app
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64),
+    };
+    let previous: AppStatus = match run.app.get("status") {
+        Some(status) => serde_json::from_value(status.clone())
+            .context("the App's status is not a valid App status")?,
+        None => AppStatus::default(),
+    };
+    let observed: Vec<ObservedObject> = run
+        .observed
+        .iter()
+        .filter_map(|o| ObservedObject::from_value(o.clone(), &app_ref.uid))
+        .collect();
+    let metadata = &run.compiled.metadata;
+    let visible = visible_to(
+        &observed,
+        &metadata.owns,
+        &metadata.observes,
+        run.compiled.capabilities.contains(&Capability::Backup),
+    );
+    let cx = AppContext::new(run.app, visible.map(|o| &o.json), run.now_ms);
+    let snapshot = Snapshot {
+        app: app_ref.clone(),
+        desired_version: text("/spec/version"),
+        previous,
+        observed,
+        now: k8s_openapi::jiff::Timestamp::from_millisecond(run.now_ms)
+            .context("--now is out of range")?,
+        plugin: PluginState::Serving {
+            label: run.compiled.label(),
+            status: PluginStatus {
+                reference: run.plugin.to_string(),
+                digest: run.compiled.digest.to_string(),
+                short_digest: run.compiled.digest.short().to_string(),
+                capabilities: run
+                    .compiled
+                    .capabilities
+                    .iter()
+                    .map(|c| c.interface().to_string())
+                    .collect(),
+                loaded_at: None,
+            },
+            newer_refused: None,
+        },
+    };
+    let check = guard::AppCheck {
+        policy: run.policy.clone(),
+        policy_name: "the given policy".into(),
+        app: app_ref.name.clone(),
+        namespace: app_ref.namespace.clone(),
+        owns: metadata.owns.clone(),
+    };
+    let mut calls = CliCalls {
+        compiled: run.compiled,
+        engine: run.engine,
+        limits: run.limits,
+        tags: CallTags {
+            plugin: run.compiled.label(),
+            app: format!("{}/cli", app_ref.namespace),
+        },
+        cx: &cx,
+    };
+    let mut decision = decide::decide(&snapshot, &mut calls, &check);
+    // The observed objects are the cluster: adopting one that exists and is not the App's is
+    // refused, as the host's executor refuses it.
+    if let Some(foreign) = decision.adopt.iter().find(|key| {
+        snapshot
+            .observed
+            .iter()
+            .any(|o| o.api_version == key.api_version && o.kind == key.kind && o.name == key.name)
+    }) {
+        let failure = wasmop_core::Failure::new(
+            "PlanRejected",
+            format!("plan rejected: {foreign} already exists and is not managed by this App"),
+        );
+        decision = decide::failed(&snapshot, failure);
+    }
+    if decision.requeue == Requeue::Backoff {
+        let degraded = decision
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .unwrap_or_default();
+        bail!("{degraded}");
+    }
+    let keys = |keys: &[wasmop_core::ObjectKey]| -> Vec<String> {
+        keys.iter().map(ToString::to_string).collect()
+    };
+    Ok(json!({
+        "apply": decision.apply,
+        "inPlace": decision.in_place,
+        "prune": keys(&decision.prune),
+        "backup": decision.backup_start.as_ref().map(|(slot, job)| json!({"slot": slot, "job": job})),
+        "expire": keys(&decision.backup_expire),
+        "status": decision.status,
+        "events": decision.events.iter().map(|e| json!({
+            "type": if e.warning { "Warning" } else { "Normal" },
+            "reason": e.reason,
+            "note": e.note,
+        })).collect::<Vec<_>>(),
+        "requeueAfterSeconds": match decision.requeue {
+            Requeue::After(after) => after.as_secs(),
+            Requeue::Backoff => 0,
+        },
+    }))
+}
+
+/// The decision core's plugin calls over a component compiled for the CLI: the host's sandbox
+/// and limits, called on this thread.
+struct CliCalls<'a> {
+    compiled: &'a CompiledPlugin,
+    engine: &'a PluginEngine,
+    limits: CallLimits,
+    tags: CallTags,
+    cx: &'a AppContext,
+}
+
+impl wasmop_core::PluginCalls for CliCalls<'_> {
+    fn capabilities(&self) -> &std::collections::BTreeSet<Capability> {
+        &self.compiled.capabilities
+    }
+
+    fn gate(
+        &mut self,
+        from: &str,
+        to: &str,
+    ) -> Result<crate::plugin::call::GateDecision, wasmop_core::Failure> {
+        let r = self.compiled.call_upgrade(
+            self.engine,
+            &self.limits,
+            self.tags.clone(),
+            self.cx,
+            from,
+            to,
+        );
+        r.map_err(failure)
+    }
+
+    fn plan(
+        &mut self,
+        current: Option<&str>,
+        target: &str,
+    ) -> Result<crate::plugin::call::Plan, wasmop_core::Failure> {
+        let r = self.compiled.call_plan(
+            self.engine,
+            &self.limits,
+            self.tags.clone(),
+            self.cx,
+            current,
+            target,
+        );
+        r.map_err(failure)
+    }
+
+    fn health(
+        &mut self,
+        version: &str,
+    ) -> Result<crate::plugin::call::HealthReport, wasmop_core::Failure> {
+        let r = self.compiled.call_health(
+            self.engine,
+            &self.limits,
+            self.tags.clone(),
+            self.cx,
+            version,
+        );
+        r.map_err(failure)
+    }
+
+    fn backup(
+        &mut self,
+        last_completed: Option<&str>,
+    ) -> Result<crate::plugin::call::BackupDecision, wasmop_core::Failure> {
+        let r = self.compiled.call_backup(
+            self.engine,
+            &self.limits,
+            self.tags.clone(),
+            self.cx,
+            last_completed,
+        );
+        r.map_err(failure)
+    }
+}
+
+fn failure(err: crate::plugin::CallError) -> wasmop_core::Failure {
+    wasmop_core::Failure::new(err.reason(), err.to_string())
+}

@@ -1,0 +1,282 @@
+//! `plugin run`: a component's capabilities called on an App and observed objects from files,
+//! with the host's sandbox and guard; by default the whole reconcile (see [`super::reconcile`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::{
+    blocking,
+    oci::load_bytes,
+    prepare, print_value, read_objects,
+    reconcile::{ReconcileOnce, reconcile_once},
+};
+use crate::{
+    cli::RunCapability,
+    plugin::{Capability, input::AppContext, limits::CallLimits, sandbox::CallTags},
+    reconcile::{fetch::BACKUP_SLOT_LABEL, guard},
+};
+
+/// What `wasmop plugin run` was asked to do.
+pub(super) struct RunRequest {
+    /// The App file.
+    pub(super) app: PathBuf,
+    /// The observed objects' file or directory.
+    pub(super) observed: Option<PathBuf>,
+    pub(super) which: RunCapability,
+    /// `--now`, RFC 3339.
+    pub(super) now: Option<String>,
+    pub(super) policy: guard::Policy,
+    pub(super) json: bool,
+}
+
+pub(super) async fn run_capabilities(plugin: &str, request: RunRequest) -> anyhow::Result<()> {
+    let bytes = load_bytes(plugin).await?;
+    let label = plugin.to_string();
+    blocking(move || run_sync(&label, &bytes, &request)).await
+}
+
+/// The rules of the one PluginPolicy in `path`.
+pub(super) fn read_policy(path: &Path) -> anyhow::Result<guard::Policy> {
+    let mut docs = read_objects(path)?;
+    if docs.len() != 1 {
+        bail!(
+            "{} must hold exactly one PluginPolicy, found {} objects",
+            path.display(),
+            docs.len()
+        );
+    }
+    let policy: crate::policy::PluginPolicy = serde_json::from_value(docs.remove(0))
+        .with_context(|| format!("{} is not a valid PluginPolicy", path.display()))?;
+    Ok(policy.spec.rules())
+}
+
+fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<()> {
+    let RunRequest {
+        app: app_path,
+        observed,
+        which,
+        now,
+        policy,
+        json: json_out,
+    } = request;
+    let (observed, now, which, json_out) = (observed.as_deref(), now.as_deref(), *which, *json_out);
+    let (engine, compiled) = prepare(plugin, bytes)?;
+    let mut apps = read_objects(app_path)?;
+    if apps.len() != 1 {
+        bail!(
+            "{} must hold exactly one App, found {} objects",
+            app_path.display(),
+            apps.len()
+        );
+    }
+    let mut app = apps.remove(0);
+    if app.get("kind").and_then(Value::as_str) != Some("App") {
+        bail!("{}: kind must be App", app_path.display());
+    }
+    // The host hands plugins the App as the API server stores it: with namespace and uid.
+    let metadata = app
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .context("the App has no metadata")?;
+    metadata.entry("namespace").or_insert(json!("default"));
+    metadata
+        .entry("uid")
+        .or_insert(json!("00000000-0000-0000-0000-000000000000"));
+    metadata.entry("generation").or_insert(json!(1));
+    let namespace = app
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_string();
+    let app_name = app
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .context("the App has no metadata.name")?
+        .to_string();
+    let desired = app
+        .pointer("/spec/version")
+        .and_then(Value::as_str)
+        .context("the App has no spec.version")?
+        .to_string();
+    let rolled_out = app
+        .pointer("/status/version")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let observed = match observed {
+        Some(path) => read_objects(path)?,
+        None => Vec::new(),
+    };
+    let now_ms = match now {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .with_context(|| format!("--now {text:?} is not RFC 3339"))?
+            .timestamp_millis(),
+        None => chrono::Utc::now().timestamp_millis(),
+    };
+    let limits = CallLimits::with_overrides(
+        app.pointer("/spec/limits/timeoutMs")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+        app.pointer("/spec/limits/memoryMib")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+    );
+    if which == RunCapability::Reconcile {
+        let decision = reconcile_once(ReconcileOnce {
+            plugin,
+            engine: &engine,
+            compiled: &compiled,
+            app: &app,
+            observed: &observed,
+            now_ms,
+            limits,
+            policy,
+        })?;
+        return print_value(&decision, json_out);
+    }
+    let cx = AppContext::new(&app, &observed, now_ms);
+    let tags = || CallTags {
+        plugin: compiled.label(),
+        app: format!("{namespace}/cli"),
+    };
+    let wanted = |c: Capability, r: RunCapability| {
+        which == r || (which == RunCapability::All && compiled.capabilities.contains(&c))
+    };
+    if which != RunCapability::All {
+        let capability = match which {
+            RunCapability::Plan => Capability::SpecDiff,
+            RunCapability::Health => Capability::Health,
+            RunCapability::Backup => Capability::Backup,
+            RunCapability::Upgrade => Capability::Upgrade,
+            RunCapability::Finalize => Capability::Finalize,
+            RunCapability::All | RunCapability::Reconcile => unreachable!("handled above"),
+        };
+        if !compiled.capabilities.contains(&capability) {
+            bail!("{} does not implement {capability}", compiled.label());
+        }
+    }
+
+    let mut out = serde_json::Map::new();
+    if wanted(Capability::SpecDiff, RunCapability::Plan) {
+        let plan = compiled.call_plan(
+            &engine,
+            &limits,
+            tags(),
+            &cx,
+            rolled_out.as_deref(),
+            &desired,
+        )?;
+        let guarded = guard::check(
+            policy,
+            &app_name,
+            &namespace,
+            &compiled.metadata.owns,
+            plan.objects,
+        )?;
+        let objects: Vec<Value> = guarded.into_iter().map(|g| g.object.to_value()).collect();
+        out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
+    }
+    if wanted(Capability::Health, RunCapability::Health) {
+        let version = rolled_out.clone().unwrap_or_else(|| desired.clone());
+        let report = compiled.call_health(&engine, &limits, tags(), &cx, &version)?;
+        let conditions: Vec<Value> = report
+            .conditions
+            .iter()
+            .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message}))
+            .collect();
+        out.insert(
+            "health".into(),
+            json!({
+                "state": format!("{:?}", report.state), "message": report.message,
+                "rolloutComplete": report.rollout_complete, "conditions": conditions,
+            }),
+        );
+    }
+    if wanted(Capability::Backup, RunCapability::Backup) {
+        let last = last_completed_slot(&observed);
+        let decision = compiled.call_backup(&engine, &limits, tags(), &cx, last.as_deref())?;
+        if let Some((slot, job)) = &decision.run {
+            let accounts: std::collections::BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.get("kind").and_then(Value::as_str) == Some("ServiceAccount"))
+                .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect();
+            guard::check_job(policy, &app_name, slot, job, &accounts)?;
+        }
+        out.insert(
+            "backup".into(),
+            json!({
+                "run": decision.run.map(|(slot, job)| json!({"slot": slot, "job": job.to_value()})),
+                "expire": decision.expire,
+                "requeueAfterMs": decision.requeue_after.map(|d| d.as_millis() as u64),
+            }),
+        );
+    }
+    if wanted(Capability::Upgrade, RunCapability::Upgrade) {
+        let from = rolled_out.clone().unwrap_or_else(|| desired.clone());
+        let decision = compiled.call_upgrade(&engine, &limits, tags(), &cx, &from, &desired)?;
+        out.insert(
+            "upgrade".into(),
+            json!({"from": from, "to": desired, "decision": format!("{decision:?}")}),
+        );
+    }
+    if wanted(Capability::Finalize, RunCapability::Finalize) {
+        let claims: Vec<Value> = observed
+            .iter()
+            .filter(|o| o.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim"))
+            .cloned()
+            .collect();
+        let decision =
+            compiled.call_finalize(&engine, &limits, tags(), &cx.with_observed(&claims))?;
+        let names = |refs: &[crate::plugin::call::ObjectRef]| {
+            refs.iter()
+                .map(|r| format!("{}/{}", r.kind, r.name))
+                .collect::<Vec<_>>()
+        };
+        out.insert(
+            "finalize".into(),
+            json!({"delete": names(&decision.delete), "keep": names(&decision.keep)}),
+        );
+    }
+    print_value(&Value::Object(out), json_out)
+}
+
+/// The newest slot among observed backup Jobs that succeeded.
+fn last_completed_slot(observed: &[Value]) -> Option<String> {
+    observed
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Job"))
+        .filter(|o| {
+            o.pointer("/status/succeeded")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                > 0
+        })
+        .filter_map(|o| {
+            o.pointer(&format!(
+                "/metadata/labels/{}",
+                BACKUP_SLOT_LABEL.replace('/', "~1")
+            ))
+        })
+        .filter_map(|slot| slot.as_str().map(str::to_string))
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_slot_label_is_read_from_jobs() {
+        let jobs = vec![
+            json!({"kind": "Job", "metadata": {"labels": {BACKUP_SLOT_LABEL: "20261202-000000"}}, "status": {"succeeded": 1}}),
+            json!({"kind": "Job", "metadata": {"labels": {BACKUP_SLOT_LABEL: "20261202-060000"}}, "status": {}}),
+        ];
+        assert_eq!(
+            last_completed_slot(&jobs).as_deref(),
+            Some("20261202-000000")
+        );
+    }
+}
