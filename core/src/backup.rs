@@ -19,7 +19,11 @@ pub fn job_name(app: &str, slot: &str) -> String {
         return name;
     }
     let hash = format!("{:x}", Sha256::digest(name.as_bytes()));
-    let keep = 63 - 1 - 10;
+    // Cut on a character boundary: the host checks slots are ASCII, a native test may not.
+    let mut keep = 63 - 1 - 10;
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
     format!("{}-{}", name[..keep].trim_end_matches('-'), &hash[..10])
 }
 
@@ -115,5 +119,9 @@ mod tests {
             "same slot, same name"
         );
         assert_ne!(long, job_name(&"a".repeat(60), "20261202-120000"));
+        assert!(
+            job_name(&"é".repeat(40), "s").len() <= 63,
+            "never cut inside a character"
+        );
     }
 }

@@ -172,21 +172,30 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
     };
     let plugin_ready = serving_condition(&snapshot.plugin);
     let mut events = Vec::new();
-    match stages(
+    let mut writes = Writes::default();
+    let stages = stages(
         snapshot,
         label,
         calls,
         check,
         plugin_ready.clone(),
         &mut events,
-    ) {
-        Ok((outcome, writes)) => finish(snapshot, Some(status), outcome, events, writes),
+        &mut writes,
+    );
+    match stages {
+        Ok(outcome) => finish(snapshot, Some(status), outcome, events, writes),
         Err(failure) => {
             if failure.reason == "PlanRejected" || failure.reason == "ApplyRejected" {
                 events.push(Event::warning(failure.reason, failure.message.clone()));
             }
+            // A failure before the plan was checked writes nothing; one after it (health,
+            // backup) still applies and prunes the checked plan: a health check that fails
+            // until its StatefulSet exists must not keep the StatefulSet from being created.
+            // The backup Jobs of a failed stage are neither created nor expired.
+            writes.backup_start = None;
+            writes.backup_expire.clear();
             let outcome = failed_outcome(previous, plugin_ready, failure);
-            finish(snapshot, Some(status), outcome, events, Writes::default())
+            finish(snapshot, Some(status), outcome, events, writes)
         }
     }
 }
@@ -260,11 +269,11 @@ fn stages(
     check: &dyn PlanCheck,
     plugin_ready: Cond,
     events: &mut Vec<Event>,
-) -> Result<(Outcome, Writes), Failure> {
+    writes: &mut Writes,
+) -> Result<Outcome, Failure> {
     let previous = &snapshot.previous;
     let observed = &snapshot.observed;
     let caps = calls.capabilities().clone();
-    let mut writes = Writes::default();
 
     // upgrade: which version to render
     let desired = snapshot.desired_version.clone();
@@ -483,18 +492,15 @@ fn stages(
             requeue = requeue.min(clamp_plugin_requeue(after));
         }
     }
-    Ok((
-        Outcome {
-            conditions,
-            version,
-            upgrade: upgrade_record,
-            last_backup,
-            requeue: Requeue::After(requeue),
-            phase: Some(verdict.phase),
-            carry_conditions: false,
-        },
-        writes,
-    ))
+    Ok(Outcome {
+        conditions,
+        version,
+        upgrade: upgrade_record,
+        last_backup,
+        requeue: Requeue::After(requeue),
+        phase: Some(verdict.phase),
+        carry_conditions: false,
+    })
 }
 
 /// The status, the events of its transitions, and the decision.

@@ -82,9 +82,12 @@ pub fn mark_applied(object: &mut PluginObject) -> String {
     digest
 }
 
-/// The first 16 bytes of the SHA-256 of the object's JSON, in hex.
+/// The first 16 bytes of the SHA-256 of the object's canonical JSON (keys sorted, no spacing),
+/// in hex. Canonical, not the plugin's text: a plugin whose output means the same but is
+/// written differently each call (a hash map's order) must not look changed, or every
+/// reconcile would write and every write trigger the next reconcile.
 fn applied_digest(object: &PluginObject) -> String {
-    let text = serde_json::to_string(object).unwrap_or_default();
+    let text = serde_json::to_string(&object.to_value()).unwrap_or_default();
     let sum = Sha256::digest(text.as_bytes());
     sum[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -103,13 +106,25 @@ pub fn in_place(planned: &Value, digest: &str, live: &Value) -> bool {
         && contains(live, planned)
 }
 
+/// Fields whose value server-side apply sets whole (`x-kubernetes-map-type: atomic` maps and
+/// `structType=atomic` label selectors): a key someone else added there is drift the host's
+/// apply would remove, so they must be equal, not merely contain the plan.
+const ATOMIC: &[&str] = &["selector", "nodeSelector", "matchLabels"];
+
 /// Whether every field of `part` is in `whole` with the same value; arrays match element by
-/// element and must have the same length (a list the host sets is owned whole).
+/// element and must have the same length (a list the host sets is owned whole), and the
+/// [`ATOMIC`] fields must be equal.
 fn contains(whole: &Value, part: &Value) -> bool {
     match (whole, part) {
-        (Value::Object(w), Value::Object(p)) => p
-            .iter()
-            .all(|(k, pv)| w.get(k).is_some_and(|wv| contains(wv, pv))),
+        (Value::Object(w), Value::Object(p)) => p.iter().all(|(k, pv)| {
+            w.get(k).is_some_and(|wv| {
+                if ATOMIC.contains(&k.as_str()) {
+                    wv == pv
+                } else {
+                    contains(wv, pv)
+                }
+            })
+        }),
         (Value::Array(w), Value::Array(p)) => {
             w.len() == p.len() && w.iter().zip(p).all(|(wv, pv)| contains(wv, pv))
         }
@@ -169,6 +184,18 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_ignores_how_the_plugin_spelled_its_json() {
+        let parse = |text: &str| PluginObject::parse(text).expect("a plugin object");
+        let mut a = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"a":"1","b":"2"}}"#,
+        );
+        let mut b = parse(
+            r#"{"kind": "ConfigMap", "apiVersion": "v1", "data": {"b": "2",  "a": "1"}, "metadata": {"name": "x"}}"#,
+        );
+        assert_eq!(mark_applied(&mut a), mark_applied(&mut b));
+    }
+
+    #[test]
     fn an_object_as_applied_is_in_place_with_server_defaults_added() {
         let (planned, digest) = marked(json!({"a": "1"}));
         let mut live = planned.clone();
@@ -192,6 +219,13 @@ mod tests {
         let mut unmarked = planned.clone();
         unmarked["metadata"]["annotations"] = json!({});
         assert!(!in_place(&planned, &digest, &unmarked));
+        // A key added to a selector (an atomic map) is drift too.
+        let (selected, selected_digest) = marked(json!({"a": "1"}));
+        let mut widened = selected.clone();
+        widened["selector"] = json!({"app": "x", "extra": "y"});
+        let mut planned_selector = selected.clone();
+        planned_selector["selector"] = json!({"app": "x"});
+        assert!(!in_place(&planned_selector, &selected_digest, &widened));
         // A list is owned whole: an extra element is drift.
         let (list, list_digest) = marked(json!({"a": "1"}));
         let mut longer = list.clone();

@@ -76,6 +76,8 @@ struct Inner {
     next_reconcile: AtomicU64,
     /// When each App is next due for a reconcile (its requeue), until one starts.
     due: Mutex<HashMap<String, Instant>>,
+    /// When the last reconcile started.
+    last_started: Mutex<Option<Instant>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -99,6 +101,7 @@ impl ApiHealth {
                 reconciles: Mutex::default(),
                 next_reconcile: AtomicU64::new(0),
                 due: Mutex::default(),
+                last_started: Mutex::default(),
             }),
         }
     }
@@ -164,6 +167,7 @@ impl ApiHealth {
     /// Marks a reconcile of `app` as running until the returned guard drops.
     pub fn reconcile_started(&self, app: String) -> ReconcileGuard {
         lock(&self.inner.due).remove(&app);
+        *lock(&self.inner.last_started) = Some(Instant::now());
         let id = self.inner.next_reconcile.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.reconciles).insert(id, (app, Instant::now()));
         ReconcileGuard {
@@ -220,13 +224,17 @@ impl ApiHealth {
                 ));
             }
         }
-        let mut overdue: Vec<(String, Duration)> = lock(&self.inner.due)
+        // Stalled, not merely busy: Apps are overdue *and* no reconcile at all has started for
+        // as long (a loaded host starts reconciles, late ones included).
+        let idle = lock(&self.inner.last_started)
+            .is_none_or(|t| now.saturating_duration_since(t) > self.inner.unhealthy_after);
+        let mut overdue: Vec<(Duration, String)> = lock(&self.inner.due)
             .iter()
-            .map(|(app, due)| (app.clone(), now.saturating_duration_since(*due)))
-            .filter(|(_, late)| *late > self.inner.unhealthy_after)
+            .map(|(app, due)| (now.saturating_duration_since(*due), app.clone()))
+            .filter(|(late, _)| idle && *late > self.inner.unhealthy_after)
             .collect();
-        overdue.sort();
-        if let Some((app, late)) = overdue.first() {
+        overdue.sort_by(|a, b| b.cmp(a));
+        if let Some((late, app)) = overdue.first() {
             problems.push(format!(
                 "the controller has stalled: App {app} was due {}s ago and no reconcile has \
                  started ({} Apps overdue)",
@@ -365,8 +373,14 @@ mod tests {
     #[test]
     fn an_app_overdue_past_the_threshold_means_a_stalled_controller() {
         let health = ApiHealth::new(Duration::from_secs(10), Duration::from_secs(300));
+        // Another App's reconcile started just now: busy, not stalled.
+        drop(health.reconcile_started("ns/other".into()));
         let t0 = Instant::now();
         health.reconcile_due("ns/a".into(), t0 + Duration::from_secs(5));
+        assert!(
+            health.liveness(t0 + Duration::from_secs(299)).is_ok(),
+            "a reconcile started within the threshold"
+        );
         assert!(
             health.liveness(t0 + Duration::from_secs(300)).is_ok(),
             "due, not overdue"

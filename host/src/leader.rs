@@ -37,6 +37,17 @@ pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// candidate may take the lease ([`LEASE_DURATION`] after it last saw the record change).
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
+/// What one attempt on the lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// This replica holds the lease (took or renewed it).
+    Held,
+    /// Another replica holds a valid lease.
+    HeldByOther,
+    /// The Lease changed between the read and the write; try again.
+    Conflict,
+}
+
 /// The lease record as last observed, and when (on this replica's clock).
 struct Observed {
     spec: LeaseSpec,
@@ -79,8 +90,8 @@ impl LeaderElector {
         }
     }
 
-    /// Tries once to take or renew the lease; returns whether this replica holds it.
-    pub async fn try_acquire(&self) -> Result<bool, kube::Error> {
+    /// Tries once to take or renew the lease.
+    pub async fn try_acquire(&self) -> Result<Attempt, kube::Error> {
         let now = Timestamp::now();
         let secs = LEASE_DURATION.as_secs() as i32;
         let mine = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
@@ -103,9 +114,9 @@ impl LeaderElector {
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => {
                     self.observe(&spec);
-                    Ok(true)
+                    Ok(Attempt::Held)
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
                 Err(err) => Err(err),
             };
         };
@@ -119,7 +130,7 @@ impl LeaderElector {
         // Valid while the record has not changed for a whole lease duration on our clock.
         let valid = observed_at.elapsed() < duration;
         if holder.is_some() && !held_by_me && valid {
-            return Ok(false);
+            return Ok(Attempt::HeldByOther);
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!held_by_me);
         let acquired = if held_by_me { spec.acquire_time } else { None };
@@ -133,9 +144,10 @@ impl LeaderElector {
         {
             Ok(_) => {
                 self.observe(&next);
-                Ok(true)
+                Ok(Attempt::Held)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            // Someone wrote the Lease since we read it: a candidate, or anyone annotating it.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
             Err(err) => Err(err),
         }
     }
@@ -168,10 +180,13 @@ impl LeaderElector {
     /// Waits until this replica holds the lease, then keeps renewing it in the background.
     pub async fn acquire(self) -> Leadership {
         loop {
-            match self.try_acquire().await {
-                Ok(true) => break,
-                Ok(false) => tracing::debug!(lease = %self.name, "another replica leads"),
-                Err(err) => tracing::warn!(lease = %self.name, error = %err, "leader election"),
+            match tokio::time::timeout(RETRY_PERIOD * 2, self.try_acquire()).await {
+                Ok(Ok(Attempt::Held)) => break,
+                Ok(Ok(_)) => tracing::debug!(lease = %self.name, "another replica leads"),
+                Ok(Err(err)) => {
+                    tracing::warn!(lease = %self.name, error = %err, "leader election")
+                }
+                Err(_) => tracing::warn!(lease = %self.name, "leader election timed out"),
             }
             tokio::time::sleep(RETRY_PERIOD).await;
         }
@@ -197,11 +212,15 @@ async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) 
         let attempt = Instant::now();
         let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
         match tokio::time::timeout(left, elector.try_acquire()).await {
-            Ok(Ok(true)) => last_renewed = attempt,
-            Ok(Ok(false)) => {
+            Ok(Ok(Attempt::Held)) => last_renewed = attempt,
+            Ok(Ok(Attempt::HeldByOther)) => {
                 tracing::error!(lease = %elector.name, "leadership taken by another replica");
                 let _ = tx.send(false);
                 return;
+            }
+            // As client-go: a failed renewal is retried until the renew deadline.
+            Ok(Ok(Attempt::Conflict)) => {
+                tracing::warn!(lease = %elector.name, "renewing the lease conflicted; retrying")
             }
             Ok(Err(err)) => {
                 tracing::warn!(lease = %elector.name, error = %err, "renewing the lease failed")

@@ -143,13 +143,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     futures::future::join_all(controllers).await;
     probes.set_ready(false);
-    // No reconcile runs any more: hand the lease over now rather than after a lease duration.
+    // Nothing writes any more (reconciles done, policy status writer stopped): hand the lease
+    // over now rather than after a lease duration.
+    policy_task.abort();
     if let Some(leadership) = leadership {
         leadership.release().await;
         info!("released the leader lease");
     }
     api_probe.abort();
-    policy_task.abort();
     signals.abort();
     server.abort();
     if !*stop_rx.borrow() {

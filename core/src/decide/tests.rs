@@ -317,7 +317,10 @@ fn a_failing_plugin_or_a_rejected_plan_writes_nothing_and_keeps_what_was_known()
     ] {
         let mut script = script;
         let d = decide(&snapshot(d1.status.clone(), vec![]), &mut script, &Check);
-        assert!(d.writes_nothing() && d.prune.is_empty());
+        assert!(
+            d.writes_nothing() && d.prune.is_empty(),
+            "a failed plan writes nothing"
+        );
         assert_eq!(d.requeue, Requeue::Backoff);
         assert_eq!(d.status.phase.as_deref(), Some("Degraded"));
         assert_eq!(condition(&d.status, "Degraded").0, "True");
@@ -332,6 +335,44 @@ fn a_failing_plugin_or_a_rejected_plan_writes_nothing_and_keeps_what_was_known()
             "other conditions stay"
         );
     }
+}
+
+/// A plugin whose health check fails.
+struct SickHealth(Script);
+
+impl PluginCalls for SickHealth {
+    fn capabilities(&self) -> &BTreeSet<Capability> {
+        self.0.capabilities()
+    }
+    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
+        self.0.gate(from, to)
+    }
+    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure> {
+        self.0.plan(current, target)
+    }
+    fn health(&mut self, _: &str) -> Result<HealthReport, Failure> {
+        Err(Failure::new(
+            "PluginTrapped",
+            "health trapped until its StatefulSet exists",
+        ))
+    }
+    fn backup(&mut self, last: Option<&str>) -> Result<BackupDecision, Failure> {
+        self.0.backup(last)
+    }
+}
+
+#[test]
+fn a_failing_health_check_still_applies_the_checked_plan() {
+    let mut script = Script::new(vec![cm("a", "1")]);
+    script.caps.insert(Capability::Health);
+    let d = decide(
+        &snapshot(AppStatus::default(), vec![]),
+        &mut SickHealth(script),
+        &Check,
+    );
+    assert_eq!(d.apply.len(), 1, "the plan is applied");
+    assert_eq!(d.requeue, Requeue::Backoff);
+    assert_eq!(condition(&d.status, "Degraded"), ("True", "PluginTrapped"));
 }
 
 #[test]

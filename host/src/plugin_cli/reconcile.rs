@@ -57,9 +57,17 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             .context("the App's status is not a valid App status")?,
         None => AppStatus::default(),
     };
+    // What the host's caches would hold for the App: objects labelled with it, as fetch reads
+    // them (a claim or Job of another App is not this App's, whatever the file holds).
     let observed: Vec<ObservedObject> = run
         .observed
         .iter()
+        .filter(|o| {
+            o.pointer("/metadata/labels")
+                .and_then(|l| l.get(wasmop_core::observed::APP_LABEL))
+                .and_then(Value::as_str)
+                == Some(app_ref.name.as_str())
+        })
         .filter_map(|o| ObservedObject::from_value(o.clone(), &app_ref.uid))
         .collect();
     let metadata = &run.compiled.metadata;

@@ -122,7 +122,11 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         Ok(decision) => decision,
         Err(err) => {
             // Keep the finalizer: deleting data on a plugin fault would be worse than waiting.
-            publish(ctx, app, &Event::warning("FinalizeFailed", err.to_string())).await;
+            let note = format!(
+                "{err}; deletion waits for finalize (raise spec.limits if it needs more time, or \
+                 remove the finalizer {FINALIZER} to delete without it)"
+            );
+            publish(ctx, app, &Event::warning("FinalizeFailed", note)).await;
             return Err(Error::Finalizer {
                 app: app_key(app),
                 message: err.to_string(),

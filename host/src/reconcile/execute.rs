@@ -139,7 +139,7 @@ pub async fn decide_and_execute(
                 (snapshot, decision, Some(check.policy))
             })
             .await
-            .map_err(|err| Error::Finalizer {
+            .map_err(|err| Error::Internal {
                 app: app_key(app),
                 message: format!("the decision did not finish: {err}"),
             })?

@@ -119,6 +119,14 @@ pub enum Error {
         /// What it waits for, and how to stop waiting.
         message: String,
     },
+    /// The host itself failed (the decision's thread panicked): a bug, reported with the App.
+    #[error("App {app}: internal error: {message}")]
+    Internal {
+        /// `namespace/name` of the App.
+        app: String,
+        /// What failed.
+        message: String,
+    },
     /// The finalizer helper failed.
     #[error("App {app}: finalizer: {message}")]
     Finalizer {
@@ -135,6 +143,7 @@ impl Error {
         match self {
             Self::Kube { .. } => "kube",
             Self::Waiting { .. } => "waiting",
+            Self::Internal { .. } => "internal",
             Self::Finalizer { .. } => "finalizer",
         }
     }
