@@ -5,12 +5,6 @@
 use std::{future::Future, sync::Arc};
 
 use futures::{Stream, StreamExt, future::BoxFuture};
-use k8s_openapi::api::{
-    apps::v1::{Deployment, StatefulSet},
-    batch::v1::Job,
-    core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount},
-    policy::v1::PodDisruptionBudget,
-};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -30,7 +24,7 @@ use crate::{
     plugin::runtime::PluginRuntime,
     plugin::source::{OciRules, SourceRef},
     policy::{Resolution, view::PolicyView},
-    reconcile::{self, Context, fetch::Stores},
+    reconcile::{self, Context},
     watch_backoff::{NoDelay, WatchBackoff},
 };
 
@@ -64,7 +58,7 @@ type Reflected<K> = (
 );
 
 /// A reflector over `K` with `selector`: its cache and the stream of touched objects.
-fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
+pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -93,28 +87,6 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();
-    let managed = "app.kubernetes.io/managed-by=wasmop";
-    let of_apps = "wasmop.dev/app";
-    let (statefulsets, sts_stream) = reflect::<StatefulSet>(&client, ns, managed);
-    let (deployments, deploy_stream) = reflect::<Deployment>(&client, ns, managed);
-    let (services, svc_stream) = reflect::<Service>(&client, ns, managed);
-    let (configmaps, cm_stream) = reflect::<ConfigMap>(&client, ns, managed);
-    let (serviceaccounts, sa_stream) = reflect::<ServiceAccount>(&client, ns, managed);
-    let (pdbs, pdb_stream) = reflect::<PodDisruptionBudget>(&client, ns, managed);
-    let (jobs, job_stream) = reflect::<Job>(&client, ns, managed);
-    let (pods, pod_stream) = reflect::<Pod>(&client, ns, of_apps);
-    let (pvcs, pvc_stream) = reflect::<PersistentVolumeClaim>(&client, ns, of_apps);
-    let stores = Stores {
-        statefulsets,
-        deployments,
-        services,
-        configmaps,
-        serviceaccounts,
-        pdbs,
-        jobs,
-        pods,
-        pvcs,
-    };
 
     // The App watch gets its own backoff, like every other watch, and the controller's shared
     // trigger backoff never waits: see `watch_backoff` for the deafness the shared one caused.
@@ -129,6 +101,8 @@ pub async fn run(
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
+    // Every kind of the kind table: its cache, and its changes as triggers.
+    let (stores, controller) = crate::kinds::start(&client, ns, controller);
     let swaps = plugin_changes(runtime, apps.clone());
     // A source stays loaded while an App of this controller references it, however long that
     // App waits between reconciles. An App whose policy is not known yet counts as a user.
@@ -176,18 +150,8 @@ pub async fn run(
         let stores = stores.clone();
         let apps = apps.clone();
         Box::pin(async move {
-            let waits: Vec<(&str, BoxFuture<'static, ()>)> = vec![
-                ("apps", ready_of(apps)),
-                ("statefulsets", ready_of(stores.statefulsets)),
-                ("deployments", ready_of(stores.deployments)),
-                ("services", ready_of(stores.services)),
-                ("configmaps", ready_of(stores.configmaps)),
-                ("serviceaccounts", ready_of(stores.serviceaccounts)),
-                ("poddisruptionbudgets", ready_of(stores.pdbs)),
-                ("jobs", ready_of(stores.jobs)),
-                ("pods", ready_of(stores.pods)),
-                ("persistentvolumeclaims", ready_of(stores.pvcs)),
-            ];
+            let mut waits: Vec<(&str, BoxFuture<'static, ()>)> = vec![("apps", ready_of(apps))];
+            waits.extend(stores.sync_waits());
             for (what, wait) in waits {
                 wait.await;
                 tracing::debug!(cache = what, "cache synced");
@@ -213,16 +177,6 @@ pub async fn run(
         metrics: settings.metrics.clone(),
     });
     controller
-        .owns_stream(sts_stream)
-        .owns_stream(deploy_stream)
-        .owns_stream(svc_stream)
-        .owns_stream(cm_stream)
-        .owns_stream(sa_stream)
-        .owns_stream(pdb_stream)
-        .owns_stream(job_stream)
-        // Pods and claims belong to the App's workloads, not the App: map them by label.
-        .watches_stream(pod_stream, |pod: Pod| app_of(&pod))
-        .watches_stream(pvc_stream, |pvc: PersistentVolumeClaim| app_of(&pvc))
         .reconcile_on(swaps)
         .reconcile_on(policy_moves)
         .graceful_shutdown_on(shutdown)
@@ -248,7 +202,7 @@ fn app_changed(app: &App) -> Option<u64> {
     Some(hasher.finish())
 }
 
-fn ready_of<K>(store: Store<K>) -> BoxFuture<'static, ()>
+pub(crate) fn ready_of<K>(store: Store<K>) -> BoxFuture<'static, ()>
 where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
@@ -266,7 +220,7 @@ where
     })
 }
 
-fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
+pub(crate) fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
     let name = object.labels().get(reconcile::fetch::APP_LABEL)?;
     Some(ObjectRef::new(name).within(&object.namespace()?))
 }

@@ -9,6 +9,7 @@ pub mod app;
 pub mod cli;
 pub mod controller;
 pub mod crd_install;
+pub mod kinds;
 pub mod leader;
 pub mod plugin;
 pub mod plugin_cli;

@@ -3,12 +3,6 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::{
-    apps::v1::{Deployment, StatefulSet},
-    batch::v1::Job,
-    core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount},
-    policy::v1::PodDisruptionBudget,
-};
 use kube::{Resource, ResourceExt, runtime::reflector::Store};
 use serde::Serialize;
 use serde_json::Value;
@@ -17,30 +11,9 @@ pub use wasmop_core::observed::{
     APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
 };
 
-/// Reflector caches of every kind the host observes.
-#[derive(Clone)]
-pub struct Stores {
-    /// StatefulSets managed by wasmop.
-    pub statefulsets: Store<StatefulSet>,
-    /// Deployments managed by wasmop.
-    pub deployments: Store<Deployment>,
-    /// Services managed by wasmop.
-    pub services: Store<Service>,
-    /// ConfigMaps managed by wasmop.
-    pub configmaps: Store<ConfigMap>,
-    /// ServiceAccounts managed by wasmop.
-    pub serviceaccounts: Store<ServiceAccount>,
-    /// PodDisruptionBudgets managed by wasmop.
-    pub pdbs: Store<PodDisruptionBudget>,
-    /// Jobs managed by wasmop (planned ones and backups).
-    pub jobs: Store<Job>,
-    /// Pods of App workloads.
-    pub pods: Store<Pod>,
-    /// Claims of App workloads.
-    pub pvcs: Store<PersistentVolumeClaim>,
-}
+pub use crate::kinds::Stores;
 
-fn collect<K>(
+pub(crate) fn collect<K>(
     out: &mut Vec<ObservedObject>,
     store: &Store<K>,
     namespace: &str,
@@ -152,22 +125,4 @@ pub async fn observe_extra(
         }
     }
     Ok(out)
-}
-
-impl Stores {
-    /// Everything observed for the App `name` (uid `uid`) in `namespace`, sorted by kind and name.
-    pub fn observe(&self, namespace: &str, name: &str, uid: &str) -> Vec<ObservedObject> {
-        let mut out = Vec::new();
-        collect(&mut out, &self.statefulsets, namespace, name, uid);
-        collect(&mut out, &self.deployments, namespace, name, uid);
-        collect(&mut out, &self.services, namespace, name, uid);
-        collect(&mut out, &self.configmaps, namespace, name, uid);
-        collect(&mut out, &self.serviceaccounts, namespace, name, uid);
-        collect(&mut out, &self.pdbs, namespace, name, uid);
-        collect(&mut out, &self.jobs, namespace, name, uid);
-        collect(&mut out, &self.pods, namespace, name, uid);
-        collect(&mut out, &self.pvcs, namespace, name, uid);
-        out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
-        out
-    }
 }

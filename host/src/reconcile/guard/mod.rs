@@ -187,9 +187,6 @@ pub const PLANNABLE: &[Kind] = &[
     Kind::builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
 ];
 
-/// What the host reads for health but never writes: the Pods of an App's workloads.
-pub const OBSERVED_ONLY: &[Kind] = &[Kind::builtin("", "v1", "Pod", "pods")];
-
 /// Most objects planned for one App.
 pub const MAX_OBJECTS: usize = 64;
 /// Largest planned object as the plugin wrote it; etcd's own limit is 1.5 MiB.
@@ -537,76 +534,6 @@ pub fn check(
 
 #[cfg(test)]
 mod tests {
-    /// The install's RBAC drifts from the kind table in neither direction: every kind a plan
-    /// may hold can be read, applied and pruned, every observed kind read, and the host's
-    /// namespaced role grants nothing on any other resource (the role is no wider than what
-    /// plans may contain).
-    #[test]
-    fn the_installed_role_grants_exactly_what_the_kind_table_needs() {
-        use serde::Deserialize as _;
-        use std::collections::{BTreeMap, BTreeSet};
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/base/rbac.yaml"
-        ))
-        .expect("deploy/base/rbac.yaml");
-        let mut granted: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let doc = serde_json::Value::deserialize(doc).expect("YAML");
-            if doc["kind"] != "ClusterRole" || doc["metadata"]["name"] != "wasmop" {
-                continue;
-            }
-            for rule in doc["rules"].as_array().expect("rules") {
-                let strings = |v: &serde_json::Value| -> Vec<String> {
-                    v.as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|s| s.as_str().map(str::to_string))
-                        .collect()
-                };
-                for group in strings(&rule["apiGroups"]) {
-                    for resource in strings(&rule["resources"]) {
-                        granted
-                            .entry((group.clone(), resource))
-                            .or_default()
-                            .extend(strings(&rule["verbs"]));
-                    }
-                }
-            }
-        }
-        let verbs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
-        let mut needed: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-        for kind in PLANNABLE {
-            needed.insert(
-                (kind.group.to_string(), kind.plural.to_string()),
-                verbs(&["get", "list", "watch", "create", "patch", "delete"]),
-            );
-        }
-        for kind in OBSERVED_ONLY {
-            needed.insert(
-                (kind.group.to_string(), kind.plural.to_string()),
-                verbs(&["get", "list", "watch"]),
-            );
-        }
-        // The App itself: read, finalizer and status writes; Events on it.
-        for (group, resource, v) in [
-            (
-                "wasmop.dev",
-                "apps",
-                &["get", "list", "watch", "patch", "update"][..],
-            ),
-            ("wasmop.dev", "apps/finalizers", &["update"][..]),
-            ("wasmop.dev", "apps/status", &["get", "patch", "update"][..]),
-            ("events.k8s.io", "events", &["create", "patch"][..]),
-        ] {
-            needed.insert((group.into(), resource.into()), verbs(v));
-        }
-        assert_eq!(
-            granted, needed,
-            "deploy/base/rbac.yaml (ClusterRole wasmop) against the kind table"
-        );
-    }
-
     use serde_json::json;
 
     use super::*;

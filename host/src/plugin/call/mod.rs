@@ -1,0 +1,265 @@
+//! Evaluate: one call of one capability, in a fresh Store with its deadline and memory cap, and
+//! the host's checks on what comes back (sizes, JSON shape) before anyone uses it.
+//!
+//! The canonical ABI lets a guest return a list whose entries all point at the same bytes: a
+//! 64 MiB guest can return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy. So
+//! every Store carries wasmtime's hostcall fuel, set to `CallLimits::transfer_bytes`: one lift
+//! (a result, or the arguments of one import call) may not copy more, counting every entry
+//! however the entries alias. What passes is then held to the output cap and to a count per
+//! list, here.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use wasmtime::{Store, Trap, component::Instance};
+
+use super::{
+    CallError, Capability,
+    bindings::exports::wasmop::plugin as guest,
+    compile::{CompiledPlugin, PluginMetadata},
+    engine::PluginEngine,
+    input::AppContext,
+    limits::CallLimits,
+    object::PluginObject,
+    sandbox::{CallState, CallTags},
+};
+
+pub use wasmop_core::answers::{
+    BackupDecision, CleanupDecision, GateDecision, HealthReport, HealthState, ObjectRef, Plan,
+    PluginCondition,
+};
+
+/// Converts one interface's generated `plugin-error` into a [`CallError::Refused`]; each WIT
+/// interface has its own copy of the type, so this is written once as a macro.
+macro_rules! refused {
+    ($iface:ident, $plugin:expr, $capability:expr, $err:expr) => {{
+        let err = $err;
+        let kind = match err.kind {
+            guest::$iface::ErrorKind::InvalidConfig => "invalid-config",
+            guest::$iface::ErrorKind::InvalidInput => "invalid-input",
+            guest::$iface::ErrorKind::Internal => "internal",
+        };
+        CallError::Refused {
+            plugin: $plugin,
+            interface: $capability.interface(),
+            kind: kind.to_string(),
+            message: err.message,
+            field: err.field,
+        }
+    }};
+}
+
+// After the macro: `macro_rules!` is in scope only below its definition, submodules included.
+mod backup;
+mod finalize;
+mod health;
+mod metadata;
+mod plan;
+mod upgrade;
+
+impl CompiledPlugin {
+    /// Runs `f` against a fresh instance in a fresh Store with `limits`, and turns whatever went
+    /// wrong into the specific [`CallError`].
+    fn with_instance<R>(
+        &self,
+        engine: &PluginEngine,
+        interface: &'static str,
+        limits: &CallLimits,
+        tags: CallTags,
+        now_ms: i64,
+        f: impl FnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let state = CallState::new(tags, limits, now_ms);
+        let mut store = Store::new(engine.engine(), state);
+        store.limiter(|state| state.limiter());
+        store.set_epoch_deadline(limits.deadline_ticks());
+        store.set_hostcall_fuel(limits.transfer_bytes());
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| f(&mut store, &instance));
+        let last_words = store.data().flush_stdio();
+        let plugin = self.label();
+        result.map_err(|err| {
+            if store.data().memory_exceeded() {
+                return CallError::MemoryExceeded {
+                    plugin,
+                    interface,
+                    limit_mib: limits.memory_bytes >> 20,
+                };
+            }
+            if let Some(reason) = overreach(&err, limits) {
+                return CallError::BadOutput {
+                    plugin,
+                    interface,
+                    reason,
+                };
+            }
+            match err.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => CallError::DeadlineExceeded {
+                    plugin,
+                    interface,
+                    limit: limits.deadline,
+                },
+                Some(trap) => CallError::Trap {
+                    plugin,
+                    interface,
+                    message: match last_words {
+                        Some(words) => format!("{trap}; guest stderr: {words}"),
+                        None => trap.to_string(),
+                    },
+                },
+                None => CallError::Host {
+                    plugin,
+                    interface,
+                    message: format!("{err:#}"),
+                },
+            }
+        })
+    }
+
+    /// Runs `call` against the capability's export `indices`, or reports it unsupported.
+    // Each argument is a separate input of the call; bundling them would only move the list.
+    #[allow(clippy::too_many_arguments)]
+    fn invoke<I, R>(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        now_ms: i64,
+        capability: Capability,
+        indices: &Option<I>,
+        call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let Some(indices) = indices else {
+            return Err(CallError::Unsupported {
+                plugin: self.label(),
+                interface: capability.interface(),
+            });
+        };
+        self.with_instance(
+            engine,
+            capability.interface(),
+            limits,
+            tags,
+            now_ms,
+            |store, instance| call(indices, store, instance),
+        )
+    }
+
+    fn bad(&self, capability: Capability, reason: String) -> CallError {
+        CallError::BadOutput {
+            plugin: self.label(),
+            interface: capability.interface(),
+            reason,
+        }
+    }
+
+    fn check_size(
+        &self,
+        capability: Capability,
+        limits: &CallLimits,
+        size: usize,
+    ) -> Result<(), CallError> {
+        if size > limits.max_output_bytes {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{size} bytes of output is over the {} byte cap",
+                    limits.max_output_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]).
+    fn parse_objects(
+        &self,
+        capability: Capability,
+        limits: &CallLimits,
+        texts: &[String],
+    ) -> Result<Vec<PluginObject>, CallError> {
+        self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
+        texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                PluginObject::parse(text)
+                    .map_err(|reason| self.bad(capability, format!("object {index} {reason}")))
+            })
+            .collect()
+    }
+}
+
+/// Why a call failed, when it failed because the guest asked the host for more than a call
+/// may have: a transfer over [`CallLimits::transfer_bytes`], or more host resources than [`MAX_HOST_RESOURCES`](super::limits::MAX_HOST_RESOURCES).
+fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
+    if err
+        .chain()
+        .any(|e| e.is::<wasmtime::component::ResourceTableError>())
+    {
+        return Some(format!(
+            "it opened more than {} host resources (streams, pollables) at once",
+            super::limits::MAX_HOST_RESOURCES
+        ));
+    }
+    // wasmtime says so only in words, so the words are matched; host/tests/runtime.rs and
+    // aliased_output.rs prove they still are.
+    let exhausted = format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted");
+    exhausted.then(|| {
+        format!(
+            "it passed more than {} bytes to the host in one transfer (a result, or the \
+                 arguments of one import call), counting every entry of its lists",
+            limits.transfer_bytes()
+        )
+    })
+}
+
+/// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
+/// to expire, objects to delete or keep): a plugin of one App has no use for more.
+const MAX_LISTED: usize = 64;
+
+/// Condition types the host writes itself; a plugin's own conditions must use other names.
+const RESERVED_CONDITIONS: [&str; 5] = [
+    "PluginReady",
+    "Available",
+    "Progressing",
+    "Degraded",
+    "UpgradeGated",
+];
+
+fn is_camel_case(text: &str) -> bool {
+    text.len() <= 128
+        && text.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && text.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+fn is_slot(slot: &str) -> bool {
+    (1..=40).contains(&slot.len())
+        && slot
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !slot.starts_with('-')
+        && !slot.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_dns_label_safe() {
+        assert!(is_slot("20261202-060000"));
+        assert!(!is_slot("2026-12-02T06:00:00Z"));
+        assert!(!is_slot(""));
+        assert!(!is_slot("-a"));
+        assert!(!is_slot(&"a".repeat(41)));
+    }
+
+    #[test]
+    fn condition_words_are_camel_case() {
+        assert!(is_camel_case("ReplicasReady"));
+        assert!(!is_camel_case("replicas ready"));
+        assert!(!is_camel_case(""));
+    }
+}

@@ -1,0 +1,40 @@
+//! `spec-diff.plan`: the objects the plugin wants, checked as JSON objects within the caps.
+
+use super::*;
+
+impl CompiledPlugin {
+    /// Calls `spec-diff.plan` and checks every object it returns.
+    pub fn call_plan(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+        current_version: Option<&str>,
+        target_version: &str,
+    ) -> Result<Plan, CallError> {
+        let capability = Capability::SpecDiff;
+        let input = guest::spec_diff::PlanInput {
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            current_version,
+            target_version,
+            now: cx.now_ms,
+        };
+        let result = self.invoke(
+            engine,
+            limits,
+            tags,
+            cx.now_ms,
+            capability,
+            &self.exports.spec_diff,
+            |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
+        )?;
+        let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
+        let objects = self.parse_objects(capability, limits, &desired.objects)?;
+        Ok(Plan {
+            objects,
+            requeue_after: desired.requeue_after.map(Duration::from_millis),
+        })
+    }
+}

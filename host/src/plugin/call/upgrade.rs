@@ -1,0 +1,46 @@
+//! `upgrade.gate`: allow, wait or deny a version step.
+
+use super::*;
+
+impl CompiledPlugin {
+    /// Calls `upgrade.gate`.
+    pub fn call_upgrade(
+        &self,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+        from_version: &str,
+        to_version: &str,
+    ) -> Result<GateDecision, CallError> {
+        let capability = Capability::Upgrade;
+        let input = guest::upgrade::GateInput {
+            app: &cx.app,
+            observed: &cx.observed_texts(),
+            from_version,
+            to_version,
+            now: cx.now_ms,
+        };
+        let result = self.invoke(
+            engine,
+            limits,
+            tags,
+            cx.now_ms,
+            capability,
+            &self.exports.upgrade,
+            |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
+        )?;
+        let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
+        Ok(match decision {
+            guest::upgrade::GateDecision::Allow => GateDecision::Allow,
+            guest::upgrade::GateDecision::Wait(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Wait(reason)
+            }
+            guest::upgrade::GateDecision::Deny(reason) => {
+                self.check_size(capability, limits, reason.len())?;
+                GateDecision::Deny(reason)
+            }
+        })
+    }
+}
