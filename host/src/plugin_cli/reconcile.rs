@@ -8,7 +8,7 @@ use crate::{
         Capability, compile::CompiledPlugin, engine::PluginEngine, input::AppContext,
         limits::CallLimits, sandbox::CallTags,
     },
-    reconcile::guard,
+    reconcile::{guard, prepare::plugin_status_of},
 };
 
 /// What `plugin run --capability reconcile` decides on.
@@ -34,7 +34,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
         decide::{self, PluginState},
         observed::{ObservedObject, visible_to},
         stamp::AppRef,
-        status::{AppStatus, PluginStatus},
+        status::AppStatus,
     };
     let text = |p: &str| {
         run.app
@@ -87,18 +87,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             .context("--now is out of range")?,
         plugin: PluginState::Serving {
             label: run.compiled.label(),
-            status: PluginStatus {
-                reference: run.plugin.to_string(),
-                digest: run.compiled.digest.to_string(),
-                short_digest: run.compiled.digest.short().to_string(),
-                capabilities: run
-                    .compiled
-                    .capabilities
-                    .iter()
-                    .map(|c| c.interface().to_string())
-                    .collect(),
-                loaded_at: None,
-            },
+            status: plugin_status_of(run.plugin.to_string(), run.compiled, None),
             newer_refused: None,
         },
     };

@@ -9,12 +9,14 @@ use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use serde_json::Value;
 use wasmop_core::Event;
 
-use super::{Context, Error, FINALIZER, app_key, execute::publish, prepare::governing};
+use super::{
+    Context, Error, FINALIZER, app_key,
+    execute::publish,
+    prepare::{call_limits, governing},
+};
 use crate::{
     app::App,
-    plugin::{
-        Capability, input::AppContext, limits::CallLimits, sandbox::CallTags, source::SourceRef,
-    },
+    plugin::{Capability, input::AppContext, sandbox::CallTags, source::SourceRef},
 };
 
 /// Asks the plugin which retained objects (claims) to delete; owned objects go with
@@ -106,13 +108,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         app: app_key(app),
     };
     // The App's own limits hold for finalize as for every other call.
-    let mut limits = CallLimits::with_overrides(
-        app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
-        app.spec.limits.as_ref().and_then(|l| l.memory_mib),
-    );
-    limits.memory_bytes = limits
-        .memory_bytes
-        .min(loaded.engine().budget().max_call_bytes());
+    let limits = call_limits(app, &loaded);
     let decision = loaded
         .run("finalize", limits.memory_bytes, move |p, e| {
             p.call_finalize(e, &limits, tg, &input)

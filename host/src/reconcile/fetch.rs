@@ -28,16 +28,9 @@ pub(crate) fn collect<K>(
         {
             continue;
         }
-        let owned = object
-            .owner_references()
-            .iter()
-            .any(|o| o.uid == app_uid && o.controller == Some(true));
         let Ok(mut json) = serde_json::to_value(Arc::as_ref(&object)) else {
             continue;
         };
-        if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.remove("managedFields");
-        }
         if let Some(map) = json.as_object_mut() {
             map.insert(
                 "apiVersion".into(),
@@ -45,14 +38,8 @@ pub(crate) fn collect<K>(
             );
             map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
         }
-        out.push(ObservedObject {
-            api_version: K::api_version(&()).into_owned(),
-            kind: K::kind(&()).into_owned(),
-            name: object.name_any(),
-            owned,
-            backup_slot: object.labels().get(BACKUP_SLOT_LABEL).cloned(),
-            json,
-        });
+        // Ownership, backup slot and the managedFields cut as for every observed object.
+        out.extend(ObservedObject::from_value(json, app_uid));
     }
 }
 

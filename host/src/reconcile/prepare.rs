@@ -12,8 +12,8 @@ use super::{Context, calls::HostCalls, fetch, guard};
 use crate::{
     app::App,
     plugin::{
-        Capability, input::AppContext, limits::CallLimits, registry::LoadedPlugin,
-        source::SourceRef,
+        Capability, compile::CompiledPlugin, input::AppContext, limits::CallLimits,
+        registry::LoadedPlugin, source::SourceRef,
     },
     policy::Resolution,
 };
@@ -76,18 +76,43 @@ pub fn app_ref(app: &App) -> AppRef {
 
 /// `status.plugin` for a loaded plugin.
 pub fn plugin_status(loaded: &LoadedPlugin) -> PluginStatus {
+    plugin_status_of(
+        loaded.source.to_string(),
+        &loaded.compiled,
+        Some(loaded.loaded_at.to_rfc3339()),
+    )
+}
+
+/// `status.plugin` for `compiled`, loaded from `reference` (at `loaded_at`, if it is in service).
+pub fn plugin_status_of(
+    reference: String,
+    compiled: &CompiledPlugin,
+    loaded_at: Option<String>,
+) -> PluginStatus {
     PluginStatus {
-        reference: loaded.source.to_string(),
-        digest: loaded.compiled.digest.to_string(),
-        short_digest: loaded.compiled.digest.short().to_string(),
-        capabilities: loaded
-            .compiled
+        reference,
+        digest: compiled.digest.to_string(),
+        short_digest: compiled.digest.short().to_string(),
+        capabilities: compiled
             .capabilities
             .iter()
             .map(|c| c.interface().to_string())
             .collect(),
-        loaded_at: Some(loaded.loaded_at.to_rfc3339()),
+        loaded_at,
     }
+}
+
+/// The limits of every call of `loaded` for `app`: the App's own (`spec.limits`), and never more
+/// memory than the whole budget could cover, which would wait forever.
+pub fn call_limits(app: &App, loaded: &LoadedPlugin) -> CallLimits {
+    let mut limits = CallLimits::with_overrides(
+        app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
+        app.spec.limits.as_ref().and_then(|l| l.memory_mib),
+    );
+    limits.memory_bytes = limits
+        .memory_bytes
+        .min(loaded.engine().budget().max_call_bytes());
+    limits
 }
 
 /// Reads what the decision for `app` needs.
@@ -178,14 +203,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         loaded.compiled.capabilities.contains(&Capability::Backup),
     );
     let input = AppContext::new(app, visible.map(|o| &o.json), snapshot.now.as_millisecond());
-    let mut limits = CallLimits::with_overrides(
-        app.spec.limits.as_ref().and_then(|l| l.timeout_ms),
-        app.spec.limits.as_ref().and_then(|l| l.memory_mib),
-    );
-    // A cap the whole budget could not cover would wait forever; it gets what the budget has.
-    limits.memory_bytes = limits
-        .memory_bytes
-        .min(loaded.engine().budget().max_call_bytes());
+    let limits = call_limits(app, &loaded);
     let check = Box::new(guard::AppCheck {
         policy: governing.rules.clone(),
         policy_name: governing.name.clone(),
