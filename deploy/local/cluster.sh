@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real local control plane and OCI registry on loopback, for development, the demo and the tests.
 #
-#   deploy/local/cluster.sh up       install what is missing (deploy/local/setup.sh), start everything
+#   deploy/local/cluster.sh up [--nodes K]
+#                                    install what is missing (deploy/local/setup.sh), start everything;
+#                                    K fake nodes of 110 pods each (default 3, or $WASMOP_NODES)
 #   deploy/local/cluster.sh down     stop the processes this script started (by pid), keep their data
 #   deploy/local/cluster.sh status   show what runs and whether the API server is ready
 #   deploy/local/cluster.sh reset    down, then delete the cluster's data
@@ -14,6 +16,10 @@
 # the kubelet for three fake nodes so that Pods become Running and Ready. PersistentVolumeClaims
 # bind through the controller-manager's hostPath provisioner (default StorageClass "standard").
 # The registry is Debian's docker-registry with its own config and storage.
+#
+# The API server writes an audit log (target/local/logs/audit.log) of the requests of the
+# benchmark's identities only (users wasmop-bench-*, see tests/bench/run.sh), so that a benchmark
+# can count what each variant asked of the API server; everyone else's requests are not logged.
 #
 # Everything listens on 127.0.0.1 only. State (kubeconfig, env file, pids, logs, data) lives under
 # target/local/ in the checkout; build caches and binaries live under $WASMOP_CACHE
@@ -164,8 +170,21 @@ start_etcd() {
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 }
 
+write_audit_policy() {
+  cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [wasmop-bench-wasm, wasmop-bench-native, wasmop-bench-bare]
+- level: None
+EOF
+}
+
 start_apiserver() {
   local pki="$STATE/pki"
+  write_audit_policy
   # The endpoint reconciler would try to publish 127.0.0.1 as the "kubernetes" Service endpoint,
   # which the API rejects as loopback; nothing in this cluster reaches the API through it.
   start kube-apiserver "$K8S_BIN/kube-apiserver" \
@@ -174,7 +193,9 @@ start_apiserver() {
     --client-ca-file "$pki/ca.crt" --service-account-key-file "$pki/sa.pub" \
     --service-account-signing-key-file "$pki/sa.key" --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC --allow-privileged \
-    --endpoint-reconciler-type none --enable-priority-and-fairness=false --profiling=false
+    --endpoint-reconciler-type none --enable-priority-and-fairness=false --profiling=false \
+    --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 --audit-log-mode batch
   wait_for kube-apiserver 60 curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
     "https://127.0.0.1:$APISERVER_PORT/readyz"
 }
@@ -317,10 +338,18 @@ cmd_status() {
 }
 
 case "${1:-}" in
-up) cmd_up ;;
+up)
+  shift
+  while (($#)); do
+    case "$1" in
+    --nodes) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--nodes takes a positive number"; NODES="$2"; shift 2 ;;
+    *) die "up: unknown argument $1 (usage: $0 up [--nodes K])" ;;
+    esac
+  done
+  cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
 reset) cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
 kill | stop | start | restart) component "$@" ;;
-*) echo "usage: $0 up|down|status|reset|kill NAME|stop NAME|start NAME|restart NAME" >&2; exit 2 ;;
+*) echo "usage: $0 up [--nodes K]|down|status|reset|kill NAME|stop NAME|start NAME|restart NAME" >&2; exit 2 ;;
 esac

@@ -70,11 +70,25 @@ where
 {
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(selector);
-    let stream = reflector::reflector(writer, watcher(api::<K>(client, namespace), config))
-        .backoff(WatchBackoff::default())
-        .touched_objects()
-        .boxed();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api::<K>(client, namespace), config).modify(slim),
+    )
+    .backoff(WatchBackoff::default())
+    .touched_objects()
+    .boxed();
     (reader, stream)
+}
+
+/// Drops what neither the host nor a plugin reads from a cached object before the cache holds
+/// it: `managedFields` (often the largest part of an object's metadata) and kubectl's
+/// last-applied annotation (a second copy of the object). The host's fetch and the plugin
+/// input leave both out anyway; dropping them at the watch is what keeps them out of memory.
+fn slim<K: ResourceExt>(object: &mut K) {
+    object.managed_fields_mut().clear();
+    object
+        .annotations_mut()
+        .remove("kubectl.kubernetes.io/last-applied-configuration");
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -93,7 +107,7 @@ pub async fn run(
     let (apps, apps_writer) = reflector::store();
     let app_stream = reflector::reflector(
         apps_writer,
-        watcher(api::<App>(&client, ns), watcher::Config::default()),
+        watcher(api::<App>(&client, ns), watcher::Config::default()).modify(slim),
     )
     .backoff(WatchBackoff::default())
     .applied_objects()

@@ -39,6 +39,8 @@ use crate::upgrade::{Upgrade, UpgradeDecision};
 
 #[cfg(not(target_arch = "wasm32"))]
 mod reconcile;
+#[cfg(not(target_arch = "wasm32"))]
+pub use reconcile::NativeCalls;
 
 /// The decision core's types, for what [`Fixture::reconcile`] returns.
 #[cfg(not(target_arch = "wasm32"))]

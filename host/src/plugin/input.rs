@@ -55,6 +55,11 @@ impl AppContext {
         }
     }
 
+    /// The App, the observed objects and the clock, as plugins get them (JSON text).
+    pub fn parts(&self) -> (&str, &[String], i64) {
+        (&self.app, &self.observed, self.now_ms)
+    }
+
     /// Bytes of the App as plugins get it.
     pub fn app_len(&self) -> usize {
         self.app.len()

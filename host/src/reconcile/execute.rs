@@ -135,7 +135,7 @@ pub async fn decide_and_execute(
             // The plugin calls block (each waits for its sandbox thread): decide on a blocking
             // thread so the runtime's workers stay free.
             tokio::task::spawn_blocking(move || {
-                let decision = decide::decide(&snapshot, &mut calls, check.as_ref());
+                let decision = decide::decide(&snapshot, calls.as_mut(), check.as_ref());
                 (snapshot, decision, Some(check.policy))
             })
             .await

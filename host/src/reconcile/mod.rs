@@ -17,6 +17,8 @@ pub mod cleanup;
 pub mod execute;
 pub mod fetch;
 pub mod guard;
+#[cfg(feature = "native-plugins")]
+mod native;
 pub mod pod_security;
 pub mod prepare;
 pub mod status;

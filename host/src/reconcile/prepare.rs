@@ -6,7 +6,9 @@ use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use wasmop_core::{Failure, PluginState, Snapshot, stamp::AppRef, status::PluginStatus};
+use wasmop_core::{
+    Failure, PluginCalls, PluginState, Snapshot, stamp::AppRef, status::PluginStatus,
+};
 
 use super::{Context, calls::HostCalls, fetch, guard};
 use crate::{
@@ -58,7 +60,7 @@ pub enum Prepared {
         /// The App and its objects.
         snapshot: Snapshot,
         /// The plugin, ready to call.
-        calls: HostCalls,
+        calls: Box<dyn PluginCalls + Send>,
         /// The guard under the namespace's policy.
         check: Box<guard::AppCheck>,
     },
@@ -211,7 +213,20 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         namespace: namespace.clone(),
         owns: metadata.owns.clone(),
     });
-    let calls = HostCalls::new(Arc::clone(&loaded), Arc::new(input), limits, app_ref.key());
+    #[cfg(feature = "native-plugins")]
+    if let Some(calls) = super::native::calls(&loaded, &input) {
+        return Prepared::Serving {
+            snapshot,
+            calls,
+            check,
+        };
+    }
+    let calls = Box::new(HostCalls::new(
+        Arc::clone(&loaded),
+        Arc::new(input),
+        limits,
+        app_ref.key(),
+    ));
     Prepared::Serving {
         snapshot,
         calls,

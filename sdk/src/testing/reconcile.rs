@@ -105,14 +105,7 @@ impl Fixture {
                 newer_refused: None,
             },
         };
-        let mut calls = NativeCalls {
-            native: P::NATIVE,
-            capabilities,
-            app: self.app.clone(),
-            observed: visible,
-            now_ms: self.now_ms,
-            label,
-        };
+        let mut calls = NativeCalls::of::<P>(self.app.clone(), visible, self.now_ms);
         let check = NamespaceCheck {
             namespace: app_ref.namespace,
         };
@@ -196,8 +189,11 @@ impl Fixture {
     }
 }
 
-/// The plugin's traits as the decision core's calls.
-struct NativeCalls {
+/// The plugin's traits as the decision core's calls: a [`PluginCalls`] that runs the plugin's
+/// Rust code directly, through the same parsing and serialization as the component. What
+/// [`Fixture::reconcile`] decides with, and what a host built with its `native-plugins` feature
+/// (the scale benchmark's measure of the Wasm tax) calls instead of the component.
+pub struct NativeCalls {
     native: Native,
     capabilities: BTreeSet<CoreCapability>,
     app: String,
@@ -207,6 +203,23 @@ struct NativeCalls {
 }
 
 impl NativeCalls {
+    /// The calls of plugin `P` for the App JSON `app`, with the observed objects it may see
+    /// (JSON text) and the clock `now_ms`.
+    pub fn of<P: Exported>(app: String, observed: Vec<String>, now_ms: i64) -> Self {
+        let metadata = P::metadata();
+        NativeCalls {
+            native: P::NATIVE,
+            capabilities: P::CAPABILITIES
+                .iter()
+                .filter_map(|c| CoreCapability::from_interface(c.as_str()))
+                .collect(),
+            app,
+            observed,
+            now_ms,
+            label: format!("{}@{}", metadata.name, metadata.version),
+        }
+    }
+
     /// The host's view of a plugin error: `InvalidConfig` or `PluginError`, naming the field.
     fn refused(&self, interface: &str, err: Error) -> Failure {
         let reason = match err.kind() {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# wasmop at scale, side by side with a bare applier, against the local control plane. A command
+# of its own (minutes to an hour), not part of tests/run.sh.
+#
+#   tests/bench/run.sh                         N = 100 and 1,000 hello Apps (plus N/10 kvstore)
+#   tests/bench/run.sh --apps 100,1000,5000    any counts; other flags: wasmop-bench --help
+#
+# It builds the release host, the same host with the plugins linked natively
+# (--features native-plugins), the plugins and the benchmark; starts the local cluster with
+# enough fake nodes for the Pods; makes one API server identity per variant (client
+# certificates wasmop-bench-{wasm,native,bare}, whose requests the API server's audit log
+# records); then runs target/release/wasmop-bench, which writes bench/results/<date>.{json,md}
+# and two SVG plots.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+source deploy/local/env.sh
+
+# The largest N decides how many 110-Pod nodes kwok needs: one Pod per hello App, three per
+# kvstore App, and room to spare.
+max=1000
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  if [[ "${args[i]}" == --apps ]]; then
+    max="$(tr ',' '\n' <<<"${args[i + 1]}" | sort -n | tail -1)"
+  elif [[ "${args[i]}" == --apps=* ]]; then
+    max="$(tr ',' '\n' <<<"${args[i]#--apps=}" | sort -n | tail -1)"
+  fi
+done
+nodes=$(((max + max * 3 / 10) / 100 + 3))
+
+deploy/local/setup.sh
+echo "==> building (release): wasmop, wasmop with native plugins, the plugins, wasmop-bench"
+plugins/build.sh >/dev/null
+if [[ " $* " != *" --variants "* || " $* " == *native* ]]; then
+  cargo build --locked --release -p wasmop-host --features native-plugins
+  cp "$CARGO_TARGET_DIR/release/wasmop" "$CARGO_TARGET_DIR/release/wasmop-native"
+fi
+cargo build --locked --release -p wasmop-host -p wasmop-bench
+
+echo "==> the local cluster with $nodes nodes"
+deploy/local/cluster.sh up --nodes "$nodes"
+source target/local/env
+
+# One client certificate per variant, signed by the local CA, in system:masters like the
+# admin: the host's own RBAC is not what is measured; the names tell the audit log apart.
+bench="$ROOT/target/local/bench"
+mkdir -p "$bench"
+pki="$ROOT/target/local/pki"
+for who in wasm native bare; do
+  user="wasmop-bench-$who"
+  if [[ ! -f "$bench/$who.crt" ]]; then
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=$user" \
+      -keyout "$bench/$who.key" -out "$bench/$who.csr" 2>/dev/null
+    openssl x509 -req -in "$bench/$who.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 3650 -extfile <(printf 'extendedKeyUsage=clientAuth\n') -out "$bench/$who.crt" 2>/dev/null
+    rm -f "$bench/$who.csr"
+  fi
+  sed -e "s|client-certificate: .*|client-certificate: $bench/$who.crt|" \
+    -e "s|client-key: .*|client-key: $bench/$who.key|" "$KUBECONFIG" >"$bench/$who.kubeconfig"
+done
+[[ -f "$bench/cache.key" ]] || openssl rand -hex 32 >"$bench/cache.key"
+
+export WASMOP_BIN="$CARGO_TARGET_DIR/release/wasmop"
+[[ -x "$CARGO_TARGET_DIR/release/wasmop-native" ]] && export WASMOP_NATIVE_BIN="$CARGO_TARGET_DIR/release/wasmop-native"
+export WASMOP_BENCH_DIR="$bench"
+export WASMOP_AUDIT_LOG="$ROOT/target/local/logs/audit.log"
+exec "$CARGO_TARGET_DIR/release/wasmop-bench" "$@"

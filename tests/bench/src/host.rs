@@ -1,0 +1,211 @@
+//! One `wasmop run` process under measurement: started with a benchmark identity's kubeconfig,
+//! read from `/proc` (CPU seconds, resident and peak memory) and from its `/metrics`, and killed
+//! the way a node loses a Pod (`SIGKILL`) or stopped the way the kubelet stops one (`SIGTERM`).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+/// How a host is started.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    /// The `wasmop` binary (release build; the native variant's own build).
+    pub binary: PathBuf,
+    /// The kubeconfig of the benchmark identity the host acts as (the audit log counts its
+    /// requests).
+    pub kubeconfig: PathBuf,
+    /// The namespace it watches.
+    pub namespace: String,
+    /// Its compiled-plugin cache, kept across restarts.
+    pub cache_dir: PathBuf,
+    /// The key of that cache, so that a restarted host trusts what the last one compiled.
+    pub cache_key_file: PathBuf,
+    /// `--concurrency`.
+    pub concurrency: u16,
+    /// Where its log goes.
+    pub log: PathBuf,
+}
+
+/// A running host.
+pub struct Host {
+    child: tokio::process::Child,
+    port: u16,
+    /// When the process was spawned.
+    pub started: Instant,
+}
+
+impl Host {
+    /// Starts the host and waits until `/readyz` answers (its caches synced).
+    pub async fn start(spec: &HostSpec) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .with_context(|| format!("opening {}", spec.log.display()))?;
+        let started = Instant::now();
+        let child = tokio::process::Command::new(&spec.binary)
+            .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--namespace", &spec.namespace])
+            .args(["--poll-interval", "1s"])
+            .args(["--concurrency", &spec.concurrency.to_string()])
+            .arg("--cache-dir")
+            .arg(&spec.cache_dir)
+            .arg("--cache-key-file")
+            .arg(&spec.cache_key_file)
+            .args(["--insecure-registry", "127.0.0.1"])
+            .args(["--log-format", "json"])
+            .env("KUBECONFIG", &spec.kubeconfig)
+            .env("POD_NAME", format!("bench-{}", spec.namespace))
+            // The controller's per-App "reconciled" line is how the restart scenario tells that
+            // every App was reconciled once; nothing else is logged below info.
+            .env("RUST_LOG", "info,wasmop_host::controller=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", spec.binary.display()))?;
+        let host = Self {
+            child,
+            port,
+            started,
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(r) = http.get(host.url("/readyz")).send().await
+                && r.status().is_success()
+            {
+                return Ok(host);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the host for {} was not ready after 120 s; see {}",
+                    spec.namespace,
+                    spec.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn pid(&self) -> anyhow::Result<u32> {
+        self.child.id().context("the host has exited")
+    }
+
+    /// User plus system CPU seconds the process used so far.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?))?;
+        // Fields after the command name, which is in parentheses and may contain spaces.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("/proc/PID/stat")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name.
+        let ticks: f64 = fields
+            .get(11..13)
+            .context("/proc/PID/stat is short")?
+            .iter()
+            .map(|f| f.parse::<f64>().unwrap_or(0.0))
+            .sum();
+        Ok(ticks / clock_ticks())
+    }
+
+    /// (resident now, peak resident) in MiB.
+    pub fn memory_mib(&self) -> anyhow::Result<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?))?;
+        let field = |name: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<f64>().ok())
+                .unwrap_or(0.0)
+                / 1024.0
+        };
+        Ok((field("VmRSS:"), field("VmHWM:")))
+    }
+
+    /// The sum over label sets of the series `name` in `/metrics`.
+    pub async fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let text = reqwest::get(self.url("/metrics"))
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(metric_sum(&text, name))
+    }
+
+    /// `SIGKILL`, as a node losing the Pod.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().await.context("killing the host")?;
+        Ok(())
+    }
+
+    /// `SIGTERM`, then waits for the exit.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = self.pid()?;
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+        if tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .is_err()
+        {
+            self.child.kill().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The sum over label sets of the Prometheus series `name` in `text`.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| series.split('{').next() == Some(name))
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
+}
+
+/// `sysconf(_SC_CLK_TCK)`: 100 on every Linux this runs on; `getconf` says if not.
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Lines of `log` that say an App was reconciled, as their App names.
+pub fn reconciled_apps(
+    log: &Path,
+    from_byte: u64,
+) -> anyhow::Result<std::collections::HashSet<String>> {
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(log)?;
+    file.seek(std::io::SeekFrom::Start(from_byte))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.contains("reconciled"))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["message"] == "reconciled")
+        .filter_map(|l| Some(l["app"].as_str()?.to_string()))
+        .collect())
+}

@@ -1,0 +1,269 @@
+//! The run's results as files: `<out>/<date>.json` (everything), `<out>/<date>.md` (the table
+//! the README quotes) and two plots, `<date>-converge.svg` and `<date>-writes.svg` (seconds
+//! and API writes against N, one line per variant).
+
+use std::{fmt::Write as _, path::Path};
+
+use anyhow::Context;
+
+use crate::scenarios::{Results, Run};
+
+/// Writes the JSON, the Markdown table and the plots, and prints the table.
+pub fn write(out: &Path, results: &Results) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let day = results.date.get(..10).unwrap_or("undated");
+    let base = out.join(day);
+    let json = base.with_extension("json");
+    std::fs::write(&json, serde_json::to_string_pretty(results)?)?;
+    let table = markdown(results, day);
+    std::fs::write(base.with_extension("md"), &table)?;
+    let plot = |file: String, title: &str, y: &str, value: &dyn Fn(&Run) -> f64| {
+        std::fs::write(out.join(file), svg(results, title, y, value))
+    };
+    plot(
+        format!("{day}-converge.svg"),
+        "Converge: until every App is reconciled at its generation",
+        "seconds",
+        &|r| r.converge_s,
+    )?;
+    plot(
+        format!("{day}-writes.svg"),
+        "API writes until Ready (all resources)",
+        "writes",
+        &|r| r.requests.writes() as f64,
+    )?;
+    println!("{table}");
+    eprintln!("[bench] results in {}", json.display());
+    Ok(())
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn markdown(results: &Results, day: &str) -> String {
+    let m = &results.machine;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Run {} at {}, commit {}: {} CPUs ({}), {:.0} GiB, Linux {}; concurrency {}.\n",
+        day,
+        results.date,
+        results.revision,
+        m.cpus,
+        m.cpu,
+        m.memory_gib,
+        m.kernel,
+        results.concurrency
+    );
+    let _ = writeln!(
+        s,
+        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | host CPU s | RSS MiB (peak) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for run in &results.runs {
+        let bare = results
+            .runs
+            .iter()
+            .find(|b| b.variant == "bare" && b.hello == run.hello);
+        let ratio = match bare {
+            Some(b) if run.variant != "bare" => format!(
+                "{:.2} / {:.2}",
+                run.converge_s / b.converge_s,
+                run.ready_s / b.ready_s
+            ),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} + {} | {} | {:.1} | {:.1} | {} | {} | {} ({}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            run.hello,
+            run.kvstore,
+            run.variant,
+            run.converge_s,
+            run.ready_s,
+            ratio,
+            opt(run.host_cpu_s, 1),
+            opt(run.rss_mib, 0),
+            opt(run.rss_peak_mib, 0),
+            run.object_writes_per_object,
+            run.status_writes_per_app,
+            run.event_writes_per_app,
+            run.requests.writes(),
+            opt(run.reconciles, 0),
+            opt(run.plugin_calls, 0),
+        );
+    }
+    let hosts: Vec<&Run> = results.runs.iter().filter(|r| r.idle.is_some()).collect();
+    if !hosts.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n| N | variant | idle CPU s/min | idle requests/min | idle writes/min | swap storm s (× converge) | swap writes | restart: ready s | restart: all reconciled s (list s, × list) | restart writes |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        for run in hosts {
+            let (Some(idle), Some(swap), Some(restart)) = (&run.idle, &run.swap, &run.restart)
+            else {
+                continue;
+            };
+            let list = run.list_s.unwrap_or(f64::NAN);
+            let _ = writeln!(
+                s,
+                "| {} + {} | {} | {:.2} | {:.1} | {:.1} | {:.1} ({:.2}) | {} | {:.1} | {:.1} ({:.2} s, ×{:.1}) | {} |",
+                run.hello,
+                run.kvstore,
+                run.variant,
+                idle.cpu_s_per_min,
+                idle.requests_per_min,
+                idle.writes_per_min,
+                swap.seconds,
+                swap.seconds / run.converge_s,
+                swap.writes,
+                restart.ready_s,
+                restart.all_reconciled_s,
+                list,
+                restart.all_reconciled_s / list,
+                restart.writes,
+            );
+        }
+    }
+    if !results.plugins.is_empty() {
+        let _ = writeln!(s, "\n| distinct plugins | host RSS MiB |\n|---|---|");
+        for step in &results.plugins {
+            let _ = writeln!(s, "| {} | {:.1} |", step.plugins, step.rss_mib);
+        }
+        if let (Some(first), Some(last)) = (results.plugins.first(), results.plugins.last())
+            && last.plugins > first.plugins
+        {
+            let _ = writeln!(
+                s,
+                "\nEach further plugin: {:.2} MiB.",
+                (last.rss_mib - first.rss_mib) / (last.plugins - first.plugins) as f64
+            );
+        }
+    }
+    for why in &results.skipped {
+        let _ = writeln!(s, "\nSkipped: {why}");
+    }
+    s
+}
+
+/// A line plot of `value` against N (hello Apps), one line per variant, in plain SVG.
+fn svg(results: &Results, title: &str, y_label: &str, value: &dyn Fn(&Run) -> f64) -> String {
+    const W: f64 = 640.0;
+    const H: f64 = 400.0;
+    const LEFT: f64 = 70.0;
+    const RIGHT: f64 = 130.0;
+    const TOP: f64 = 40.0;
+    const BOTTOM: f64 = 50.0;
+    let mut variants: Vec<&str> = results.runs.iter().map(|r| r.variant.as_str()).collect();
+    variants.dedup();
+    variants.sort_unstable();
+    variants.dedup();
+    let x_max = results
+        .runs
+        .iter()
+        .map(|r| r.hello)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let y_max = results
+        .runs
+        .iter()
+        .map(value)
+        .fold(0.0_f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let x = |n: f64| LEFT + n / x_max * (W - LEFT - RIGHT);
+    let y = |v: f64| H - BOTTOM - v / y_max * (H - TOP - BOTTOM);
+    let colours = ["#1b6ac9", "#d1495b", "#2e9e5b", "#8e44ad"];
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
+<rect width="{W}" height="{H}" fill="white"/>
+<text x="{LEFT}" y="20" font-size="14">{title}</text>
+<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="black"/>
+<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="black"/>
+<text x="{}" y="{}" text-anchor="middle">hello Apps (N; plus N/10 kvstore)</text>
+<text x="15" y="{}" transform="rotate(-90 15 {})" text-anchor="middle">{y_label}</text>
+"#,
+        H - BOTTOM,
+        W - RIGHT,
+        H - BOTTOM,
+        H - BOTTOM,
+        (LEFT + W - RIGHT) / 2.0,
+        H - 12.0,
+        (TOP + H - BOTTOM) / 2.0,
+        (TOP + H - BOTTOM) / 2.0,
+    );
+    for i in 0..=4 {
+        let v = y_max * i as f64 / 4.0;
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="end">{}</text><line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#ddd"/>"##,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            short(v),
+            y(v),
+            W - RIGHT,
+            y(v)
+        );
+    }
+    let mut ns: Vec<usize> = results.runs.iter().map(|r| r.hello).collect();
+    ns.sort_unstable();
+    ns.dedup();
+    for n in &ns {
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{n}</text>"#,
+            x(*n as f64),
+            H - BOTTOM + 16.0
+        );
+    }
+    for (i, variant) in variants.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        let mut points: Vec<(f64, f64)> = results
+            .runs
+            .iter()
+            .filter(|r| r.variant == *variant)
+            .map(|r| (x(r.hello as f64), y(value(r))))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let path: Vec<String> = points
+            .iter()
+            .map(|(a, b)| format!("{a:.1},{b:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        for (a, b) in &points {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{a:.1}" cy="{b:.1}" r="3" fill="{colour}"/>"#
+            );
+        }
+        let ly = TOP + 10.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{}">{variant}</text>"#,
+            W - RIGHT + 15.0,
+            W - RIGHT + 35.0,
+            W - RIGHT + 40.0,
+            ly + 4.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn short(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.1}k", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
