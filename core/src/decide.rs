@@ -15,7 +15,8 @@
 //! 6. backup: `backup.schedule`: a Job for a new slot (never one at or before
 //!    `status.lastBackup`), Jobs of expired slots to delete;
 //! 7. status and events: conditions merged (`lastTransitionTime` moves only on a flip), one
-//!    Event per flip, and the requeue.
+//!    Event for all the flips of the reconcile (a first status is news only when the App starts
+//!    out broken), and the requeue.
 //!
 //! A plugin call that fails, or a plan the check refuses, stops at that stage: nothing is
 //! applied or deleted, the status keeps what it knew and adds `Degraded` with the reason, and
@@ -23,7 +24,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 
 use crate::{
     answers::GateDecision,
@@ -536,15 +537,8 @@ fn finish(
             format!("{} -> {}", old.digest, new.digest),
         ));
     }
-    for c in transitions(&previous.conditions, &conditions) {
-        // Degraded and UpgradeGated are bad news when True; the others when not True.
-        let bad_when_true = c.type_ == "Degraded" || c.type_ == "UpgradeGated";
-        let note = format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message);
-        events.push(if bad_when_true == (c.status == "True") {
-            Event::warning(&c.type_, note)
-        } else {
-            Event::normal(&c.type_, note)
-        });
+    if let Some(event) = transitions_event(&previous.conditions, &conditions) {
+        events.push(event);
     }
     let status = AppStatus {
         observed_generation: snapshot.app.generation,
@@ -570,6 +564,58 @@ fn finish(
         events,
         requeue: outcome.requeue,
     }
+}
+
+/// Whether a condition's status is bad news: `Degraded` and `UpgradeGated` when True,
+/// `Progressing` never, every other condition (`Available`, `PluginReady`, a plugin's own) when
+/// not True.
+fn bad_news(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        "Degraded" | "UpgradeGated" => c.status == "True",
+        "Progressing" => false,
+        _ => c.status != "True",
+    }
+}
+
+/// Whether a condition seen for the first time is news: an App that starts out broken. Every
+/// other first status (an App starting, a plugin loading, all well) is only the status.
+fn news_at_first_sight(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        "Degraded" => c.status == "True",
+        "PluginReady" => c.status != "True" && c.reason != "Loading",
+        _ => false,
+    }
+}
+
+/// The one Event of a reconcile's condition changes, or none: a change of a condition's status
+/// (and a first status that is news, see [`news_at_first_sight`]), all of them in one note, bad
+/// news first. A Warning when any is bad news; its reason the first condition's type. One
+/// Event per reconcile rather than one per condition: a converge of a thousand Apps is not
+/// several thousand Events.
+fn transitions_event(previous: &[Condition], next: &[Condition]) -> Option<Event> {
+    let mut changed: Vec<&Condition> = transitions(previous, next)
+        .into_iter()
+        .filter(|c| previous.iter().any(|p| p.type_ == c.type_) || news_at_first_sight(c))
+        .collect();
+    // Stable: bad news first, each group in status order.
+    changed.sort_by_key(|c| !bad_news(c));
+    let first = changed.first()?;
+    let note = changed
+        .iter()
+        .map(|c| {
+            if c.message.is_empty() {
+                format!("{}={} ({})", c.type_, c.status, c.reason)
+            } else {
+                format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(if bad_news(first) {
+        Event::warning(&first.type_, note)
+    } else {
+        Event::normal(&first.type_, note)
+    })
 }
 
 /// For a decision about an App whose plugin cannot be called ([`PluginState`] other than

@@ -17,7 +17,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator host against the cluster of the current kubeconfig (or in-cluster config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions the host owns, as YAML.
     Crds,
     /// Write, build, inspect, run, push and pull plugins.
@@ -196,6 +196,12 @@ pub struct RunArgs {
     /// Reconciles running at once (per watched namespace).
     #[arg(long, env = "WASMOP_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
+
+    /// How long an App's reconcile waits for its triggers to stop arriving (trailing-edge
+    /// debounce): a new App's Deployment, Pods and their statuses change several times within a
+    /// second, and one reconcile after them serves as well as one per change. `0s` turns it off.
+    #[arg(long, env = "WASMOP_DEBOUNCE", default_value = "500ms", value_parser = parse_duration)]
+    pub debounce: Duration,
 
     /// Take a Lease before reconciling, so that only one of several replicas acts.
     #[arg(long)]

@@ -34,6 +34,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once.
     pub concurrency: u16,
+    /// Trailing-edge debounce of each App's reconcile requests.
+    pub debounce: std::time::Duration,
     /// Where reconciles in flight are reported.
     pub health: ApiHealth,
     /// Which PluginPolicy governs each namespace; its changes re-reconcile the Apps they affect.
@@ -114,7 +116,11 @@ pub async fn run(
     .predicate_filter(app_changed, Default::default());
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency));
+        .with_config(
+            ControllerConfig::default()
+                .concurrency(settings.concurrency)
+                .debounce(settings.debounce),
+        );
     // Every kind of the kind table: its cache, and its changes as triggers.
     let (stores, controller) = crate::kinds::start(&client, ns, controller);
     let swaps = plugin_changes(runtime, apps.clone());

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => match wasmop_host::telemetry::init(args.log_format) {
-            Ok(()) => wasmop_host::run::run(args).await,
+            Ok(()) => wasmop_host::run::run(*args).await,
             Err(err) => Err(err),
         },
         Command::Plugin(command) => wasmop_host::plugin_cli::run(command).await,

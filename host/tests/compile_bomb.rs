@@ -43,6 +43,7 @@ fn compile_bombs_fail_in_time_are_remembered_and_cost_the_host_nothing() {
     let engine = PluginEngine::with_compiler(
         MemoryBudget::unlimited(),
         Compiler::worker_at(wasmop_binary(), limits),
+        4,
     )
     .expect("engine");
     let cache_dir = std::env::temp_dir().join(format!("wasmop-bomb-{}", std::process::id()));

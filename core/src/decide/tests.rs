@@ -484,3 +484,47 @@ proptest! {
         prop_assert!(d2.events.is_empty(), "{:?}", d2.events);
     }
 }
+
+/// A new App that comes up well is one Event (the rollout), not one per condition; a reconcile
+/// that flips conditions publishes one Event naming them all, bad news first and as a Warning.
+#[test]
+fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.caps.insert(Capability::Health);
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    let reasons: Vec<&str> = d1.events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, ["RolledOut"], "{:?}", d1.events);
+
+    plugin.health = Some((HealthState::Degraded, false));
+    let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+    second.now = later();
+    let d2 = decide(&second, &mut plugin, &Check);
+    assert_eq!(d2.events.len(), 1, "{:?}", d2.events);
+    let event = &d2.events[0];
+    assert!(event.warning);
+    assert_eq!(event.reason, "Available", "bad news first: {}", event.note);
+    assert!(
+        event.note.contains("Available=False") && event.note.contains("Degraded=True"),
+        "{}",
+        event.note
+    );
+}
+
+/// An App whose plugin is refused from the start says so in an Event: that first status is news.
+#[test]
+fn a_refused_plugin_at_the_first_reconcile_is_a_warning() {
+    let mut start = snapshot(AppStatus::default(), vec![]);
+    start.plugin = PluginState::Broken {
+        reason: "SignatureInvalid",
+        message: "no signature by a trusted key".into(),
+    };
+    let d = decide(&start, &mut NoPlugin, &Check);
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.warning && e.note.contains("PluginReady=False (SignatureInvalid)")),
+        "{:?}",
+        d.events
+    );
+}

@@ -43,7 +43,10 @@ impl PluginRuntime {
             timeout: args.compile_timeout,
         })
         .context("finding the wasmop binary to run compile workers")?;
-        let engine = PluginEngine::with_compiler(budget, compiler)
+        // Two slots per reconcile in flight: a reconcile calls the plugin a few times in a
+        // row, and a swap loads a second version beside the first.
+        let warm_slots = u32::from(args.concurrency).saturating_mul(2);
+        let engine = PluginEngine::with_compiler(budget, compiler, warm_slots)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
         let mut cache = Cache::bounded(&dir, args.cache_max_bytes)

@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{
     Api, Resource, ResourceExt,
@@ -222,6 +223,10 @@ fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteE
     ))
 }
 
+/// Requests one reconcile has in flight at once (reads of unmanaged objects, applies): with the
+/// reconciles in flight, what the host asks of the API server at a time.
+const IN_FLIGHT: usize = 4;
+
 /// What every write of one decision needs.
 struct Writer<'a> {
     app: &'a App,
@@ -236,10 +241,21 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
     // Ours means controlled by this App (owner reference with its uid): a label anyone in the
     // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
     // outlive the App), so for them the label is all there is. Only objects the App does not
-    // manage yet cost a read, so a steady App costs none.
-    for key in &decision.adopt {
-        let api = api_for(w, key)?;
-        match api.get_opt(&key.name).await {
+    // manage yet cost a read, so a steady App costs none. The reads go out together (a new
+    // App's objects are all unmanaged); every one is checked before anything is written.
+    // (Collected first: a stream over a closure's futures trips the compiler's proof that the
+    // reconcile future is Send.)
+    let reads: Vec<_> = decision
+        .adopt
+        .iter()
+        .map(|key| read_unmanaged(w, key))
+        .collect();
+    let reads: Vec<_> = futures::stream::iter(reads)
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    for (key, read) in reads {
+        match read {
             Ok(None) => {}
             Ok(Some(existing))
                 if existing
@@ -262,9 +278,13 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
             }
         }
     }
-    for object in &decision.apply {
-        apply(w, object).await?;
-    }
+    // The plan passed the guard whole: its objects are independent writes, and server-side
+    // apply needs no order (a Pod waits for a ConfigMap or ServiceAccount created beside it).
+    let applies: Vec<_> = decision.apply.iter().map(|o| apply(w, o)).collect();
+    futures::stream::iter(applies)
+        .buffered(IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
     for key in &decision.prune {
         delete(w, key, "pruning").await?;
     }
@@ -275,6 +295,15 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
         delete(w, key, "expiring backup").await?;
     }
     Ok(())
+}
+
+/// `key` as the API server has it, if it exists.
+async fn read_unmanaged<'k>(
+    w: &Writer<'_>,
+    key: &'k ObjectKey,
+) -> Result<(&'k ObjectKey, Result<Option<DynamicObject>, kube::Error>), WriteError> {
+    let api = api_for(w, key)?;
+    Ok((key, api.get_opt(&key.name).await))
 }
 
 async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> {

@@ -163,6 +163,17 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
     let _running = ctx.health.reconcile_started(key.clone());
     let _active = ctx.metrics.active();
     let started = std::time::Instant::now();
+    let app = match with_finalizer(&api, app).await {
+        Ok(app) => app,
+        Err(source) => {
+            ctx.metrics.reconciled("error", started);
+            return Err(Error::Kube {
+                app: key,
+                what: "adding the finalizer".into(),
+                source,
+            });
+        }
+    };
     let result = finalizer(&api, FINALIZER, app, |event| async {
         match event {
             finalizer::Event::Apply(app) => apply_app(&app, &ctx, &api).await,
@@ -185,6 +196,31 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
             message: other.to_string(),
         },
     })
+}
+
+/// The App with the cleanup finalizer: added here, so that the same reconcile goes on to apply.
+/// kube's `finalizer` helper adds it and returns, leaving the work to the reconcile its own
+/// write triggers: a second round trip through the watch and the queue for every new App. The
+/// patch carries the `resourceVersion` it was computed from, so a concurrent change of the
+/// finalizers fails it (409) rather than being overwritten; the retry reads them again.
+async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube::Error> {
+    if app.metadata.deletion_timestamp.is_some() || app.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(app);
+    }
+    let mut finalizers = app.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
+    });
+    let patched = api
+        .patch(
+            &app.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(Arc::new(patched))
 }
 
 /// What the controller does after a failed reconcile.

@@ -598,7 +598,9 @@ async fn hosted(
     check_objects(env, namespace, hello, kvstore).await?;
     let list_s = list_everything(env, namespace).await?;
 
-    // Idle.
+    // Idle, once the tail of the converge settled: Pods turning Ready and workload statuses
+    // trigger reconciles for some seconds after the last App reported Ready.
+    tokio::time::sleep(SETTLE).await;
     let idle = {
         let (cpu0, rec0, wall0) = (
             host.cpu_seconds()?,
@@ -717,6 +719,9 @@ async fn hosted(
         restart: Some(restart),
     })
 }
+
+/// How long after Ready the idle measurement starts.
+const SETTLE: Duration = Duration::from_secs(20);
 
 async fn plugin_calls(host: &Host) -> anyhow::Result<f64> {
     host.metric("wasmop_plugin_call_duration_seconds_count")
