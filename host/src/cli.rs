@@ -198,9 +198,10 @@ pub struct RunArgs {
     pub concurrency: u16,
 
     /// How long an App's reconcile waits for its triggers to stop arriving (trailing-edge
-    /// debounce): a new App's Deployment, Pods and their statuses change several times within a
-    /// second, and one reconcile after them serves as well as one per change. `0s` turns it off.
-    #[arg(long, env = "WASMOP_DEBOUNCE", default_value = "500ms", value_parser = parse_duration)]
+    /// debounce). A new App's Deployment, Pods and their statuses change several times within a
+    /// second, and one reconcile after them serves as well as one per change; but every change,
+    /// a plugin swap included, then waits this long. Off (`0s`) by default.
+    #[arg(long, env = "WASMOP_DEBOUNCE", default_value = "0s", value_parser = parse_duration)]
     pub debounce: Duration,
 
     /// Take a Lease before reconciling, so that only one of several replicas acts.
