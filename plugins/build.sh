@@ -61,7 +61,9 @@ for name in "${plugins[@]}"; do
   fi
 
   echo "==> building $name" >&2
-  cargo build --release --target "$TARGET" -p "$name" \
+  # `cargo rustc --crate-type cdylib`: the manifests also list `rlib` (native code links the
+  # plugins: the scale benchmark), and cargo runs LTO only when every crate type allows it.
+  cargo rustc --release --target "$TARGET" -p "$name" --crate-type cdylib \
     --config "profile.release.package.$name.strip=true" \
     --config 'profile.release.lto="fat"' --config profile.release.codegen-units=1
   wasm="$CARGO_TARGET_DIR/$TARGET/release/${name//-/_}.wasm"

@@ -153,7 +153,18 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
             return finish(snapshot, None, outcome, Vec::new(), Writes::default());
         }
         PluginState::Loading { message } => {
-            let conditions = vec![Cond::new("PluginReady", false, "Loading", message.clone())];
+            // An App a plugin served keeps saying so while the plugin loads: after a host
+            // restart every plugin loads again (from the compiled cache, in milliseconds), and
+            // writing Loading and then Loaded back would cost two status writes per App.
+            let served = previous
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "PluginReady" && c.status == "True");
+            let conditions = if served {
+                Vec::new()
+            } else {
+                vec![Cond::new("PluginReady", false, "Loading", message.clone())]
+            };
             // Still loading: nothing is known to be wrong with the App.
             let outcome =
                 Outcome::holding(previous, conditions, Requeue::After(SHORT_REQUEUE), None);
@@ -587,25 +598,43 @@ fn news_at_first_sight(c: &Condition) -> bool {
     }
 }
 
-/// The one Event of a reconcile's condition changes, or none: a change of a condition's status
-/// (and a first status that is news, see [`news_at_first_sight`]), all of them in one note, bad
-/// news first. A Warning when any is bad news; its reason the first condition's type. One
-/// Event per reconcile rather than one per condition: a converge of a thousand Apps is not
-/// several thousand Events.
+/// Which condition names an Event that reports several: the most telling first.
+fn priority(c: &Condition) -> usize {
+    ["Degraded", "PluginReady", "UpgradeGated", "Available"]
+        .iter()
+        .position(|t| *t == c.type_)
+        .unwrap_or(4)
+}
+
+/// The one Event of a reconcile's condition changes, or none. A change is a condition whose
+/// status flipped, a plugin that stopped loading without loading (`PluginReady` False from
+/// `Loading` to another reason), or a first status that is news (see [`news_at_first_sight`]).
+/// All of them go in one note, bad news first, by [`priority`]; the Event is a Warning when any
+/// is bad news, and its reason is the first one's type. One Event per reconcile rather than one
+/// per condition: a converge of a thousand Apps is not several thousand Events.
 fn transitions_event(previous: &[Condition], next: &[Condition]) -> Option<Event> {
-    let mut changed: Vec<&Condition> = transitions(previous, next)
-        .into_iter()
-        .filter(|c| previous.iter().any(|p| p.type_ == c.type_) || news_at_first_sight(c))
+    let flipped = transitions(previous, next);
+    let mut changed: Vec<&Condition> = next
+        .iter()
+        .filter(|c| match previous.iter().find(|p| p.type_ == c.type_) {
+            Some(p) => {
+                flipped.iter().any(|f| f.type_ == c.type_)
+                    || (c.type_ == "PluginReady" && p.reason == "Loading" && c.reason != "Loading")
+            }
+            None => news_at_first_sight(c),
+        })
         .collect();
-    // Stable: bad news first, each group in status order.
-    changed.sort_by_key(|c| !bad_news(c));
+    changed.sort_by_key(|c| (!bad_news(c), priority(c)));
     let first = changed.first()?;
+    let mut said: Vec<&str> = Vec::new();
     let note = changed
         .iter()
         .map(|c| {
-            if c.message.is_empty() {
+            // Conditions set from one report share its message: say it once.
+            if c.message.is_empty() || said.contains(&c.message.as_str()) {
                 format!("{}={} ({})", c.type_, c.status, c.reason)
             } else {
+                said.push(&c.message);
                 format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message)
             }
         })

@@ -195,7 +195,7 @@ start_apiserver() {
     --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC --allow-privileged \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false --profiling=false \
     --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
-    --audit-log-maxsize 200 --audit-log-maxbackup 1 --audit-log-mode batch
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 --audit-log-mode blocking
   wait_for kube-apiserver 60 curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
     "https://127.0.0.1:$APISERVER_PORT/readyz"
 }

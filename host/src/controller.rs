@@ -87,10 +87,11 @@ where
 /// last-applied annotation (a second copy of the object). The host's fetch and the plugin
 /// input leave both out anyway; dropping them at the watch is what keeps them out of memory.
 fn slim<K: ResourceExt>(object: &mut K) {
-    object.managed_fields_mut().clear();
-    object
-        .annotations_mut()
-        .remove("kubectl.kubernetes.io/last-applied-configuration");
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -211,13 +212,17 @@ pub async fn run(
     forget_deleted.abort();
 }
 
-/// What about an App calls for a reconcile: its spec (generation), its finalizers and its
-/// deletion; not its status, so the host's own status writes do not reconcile it again.
+/// What about an App calls for a reconcile: its spec (generation), others' finalizers and its
+/// deletion; not its status or the host's own finalizer, so the host's own writes (the status,
+/// the finalizer a new App's first reconcile adds) do not reconcile it again.
 fn app_changed(app: &App) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     app.metadata.generation.hash(&mut hasher);
-    app.metadata.finalizers.hash(&mut hasher);
+    app.finalizers()
+        .iter()
+        .filter(|f| *f != reconcile::FINALIZER)
+        .for_each(|f| f.hash(&mut hasher));
     app.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     Some(hasher.finish())
 }

@@ -503,7 +503,11 @@ fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
     assert_eq!(d2.events.len(), 1, "{:?}", d2.events);
     let event = &d2.events[0];
     assert!(event.warning);
-    assert_eq!(event.reason, "Available", "bad news first: {}", event.note);
+    assert_eq!(
+        event.reason, "Degraded",
+        "the most telling first: {}",
+        event.note
+    );
     assert!(
         event.note.contains("Available=False") && event.note.contains("Degraded=True"),
         "{}",
@@ -527,4 +531,43 @@ fn a_refused_plugin_at_the_first_reconcile_is_a_warning() {
         "{:?}",
         d.events
     );
+}
+
+/// A plugin that was loading and then is refused is news, though PluginReady stays False; a
+/// plugin loading again for an App it served (a host restart) writes nothing.
+#[test]
+fn a_load_that_fails_is_news_and_a_reload_keeps_the_status() {
+    let mut loading = snapshot(AppStatus::default(), vec![]);
+    loading.plugin = PluginState::Loading {
+        message: "loading plugin registry/kv:1".into(),
+    };
+    let d1 = decide(&loading, &mut NoPlugin, &Check);
+    assert!(d1.events.is_empty(), "{:?}", d1.events);
+    let mut refused = snapshot(d1.status.clone(), vec![]);
+    refused.plugin = PluginState::Broken {
+        reason: "SignatureInvalid",
+        message: "no signature by a trusted key".into(),
+    };
+    let d2 = decide(&refused, &mut NoPlugin, &Check);
+    assert!(
+        d2.events
+            .iter()
+            .any(|e| e.warning && e.reason == "PluginReady"),
+        "{:?}",
+        d2.events
+    );
+
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    let first = snapshot(AppStatus::default(), vec![]);
+    let served = decide(&first, &mut plugin, &Check);
+    let mut reload = snapshot(served.status.clone(), perform(&first.observed, &served));
+    reload.plugin = PluginState::Loading {
+        message: "loading plugin registry/kv:1".into(),
+    };
+    let held = decide(&reload, &mut NoPlugin, &Check);
+    assert_eq!(
+        held.status, served.status,
+        "no status write while reloading"
+    );
+    assert!(held.events.is_empty(), "{:?}", held.events);
 }

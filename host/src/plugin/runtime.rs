@@ -44,8 +44,12 @@ impl PluginRuntime {
         })
         .context("finding the wasmop binary to run compile workers")?;
         // Two slots per reconcile in flight: a reconcile calls the plugin a few times in a
-        // row, and a swap loads a second version beside the first.
-        let warm_slots = u32::from(args.concurrency).saturating_mul(2);
+        // row, and a swap loads a second version beside the first. wasmtime splits the pool
+        // (and this bound) into one shard per core, up to 16: at least two per shard.
+        let shards = std::thread::available_parallelism().map_or(16, |n| n.get().min(16));
+        let warm_slots = u32::from(args.concurrency)
+            .max(u32::try_from(shards).unwrap_or(16))
+            .saturating_mul(2);
         let engine = PluginEngine::with_compiler(budget, compiler, warm_slots)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);

@@ -278,13 +278,25 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
             }
         }
     }
-    // The plan passed the guard whole: its objects are independent writes, and server-side
-    // apply needs no order (a Pod waits for a ConfigMap or ServiceAccount created beside it).
-    let applies: Vec<_> = decision.apply.iter().map(|o| apply(w, o)).collect();
-    futures::stream::iter(applies)
-        .buffered(IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await?;
+    // In two waves, each in parallel: first what workloads use (configuration, accounts,
+    // services, claims), then the rest (workloads and every other kind), only once the first
+    // wave is all applied, so that a refused ConfigMap never leaves a Deployment rolling out to
+    // Pods that cannot start.
+    let (used, users): (Vec<&PluginObject>, Vec<&PluginObject>) =
+        decision.apply.iter().partition(|o| {
+            o.api_version() == "v1"
+                && matches!(
+                    o.kind(),
+                    "ConfigMap" | "Secret" | "ServiceAccount" | "Service" | "PersistentVolumeClaim"
+                )
+        });
+    for wave in [used, users] {
+        let applies: Vec<_> = wave.into_iter().map(|o| apply(w, o)).collect();
+        futures::stream::iter(applies)
+            .buffered(IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+    }
     for key in &decision.prune {
         delete(w, key, "pruning").await?;
     }

@@ -165,6 +165,12 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
     let started = std::time::Instant::now();
     let app = match with_finalizer(&api, app).await {
         Ok(app) => app,
+        // The App changed since the cache saw it: its watch event is on the way, and the
+        // retry reads the finalizers again. Not a failure (no backoff, no warning).
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            ctx.metrics.reconciled("success", started);
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
         Err(source) => {
             ctx.metrics.reconciled("error", started);
             return Err(Error::Kube {
@@ -200,9 +206,10 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
 
 /// The App with the cleanup finalizer: added here, so that the same reconcile goes on to apply.
 /// kube's `finalizer` helper adds it and returns, leaving the work to the reconcile its own
-/// write triggers: a second round trip through the watch and the queue for every new App. The
-/// patch carries the `resourceVersion` it was computed from, so a concurrent change of the
-/// finalizers fails it (409) rather than being overwritten; the retry reads them again.
+/// write triggers: a second round trip through the watch and the queue for every new App (the
+/// controller's predicate now ignores the host's own finalizer, see `controller::app_changed`).
+/// The patch carries the `resourceVersion` it was computed from, so a concurrent change of the
+/// App fails it (409) rather than overwriting others' finalizers; the retry reads them again.
 async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube::Error> {
     if app.metadata.deletion_timestamp.is_some() || app.finalizers().iter().any(|f| f == FINALIZER)
     {

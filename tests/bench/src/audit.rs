@@ -118,15 +118,31 @@ impl AuditLog {
                 .unwrap_or(0)
         };
         let (from, to) = (micros(from), micros(to));
-        let file = std::fs::File::open(&self.path).with_context(|| {
-            format!(
-                "reading {}: restart the cluster (deploy/local/cluster.sh down; up) so that the API server writes it",
+        if !self.path.exists() {
+            anyhow::bail!(
+                "{} is missing: restart the cluster (deploy/local/cluster.sh down; up) so that the API server writes it",
                 self.path.display()
-            )
-        })?;
+            );
+        }
+        // The log and its rotated backups (`audit-<time>.log` beside it).
+        let dir = self.path.parent().context("the audit log's directory")?;
+        let mut files = vec![];
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with("audit") && name.ends_with(".log") {
+                files.push(path);
+            }
+        }
         let mut seen = HashSet::new();
         let mut out = Requests::default();
-        for line in BufReader::new(file).lines() {
+        let lines = files
+            .iter()
+            .map(std::fs::File::open)
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flat_map(|f| BufReader::new(f).lines());
+        for line in lines {
             let line = line?;
             if !line.contains(user) {
                 continue;

@@ -113,9 +113,10 @@ impl Host {
             .map(|(_, r)| r)
             .context("/proc/PID/stat")?;
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name.
+        // utime, stime, cutime and cstime are fields 14-17 of stat(5), 12-15 after the name:
+        // the host and its compile workers (children that have exited).
         let ticks: f64 = fields
-            .get(11..13)
+            .get(11..15)
             .context("/proc/PID/stat is short")?
             .iter()
             .map(|f| f.parse::<f64>().unwrap_or(0.0))
@@ -191,21 +192,36 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// Lines of `log` that say an App was reconciled, as their App names.
+/// The Apps `log` (from byte `from_byte` on) says were reconciled after their plugin loaded:
+/// a reconcile before that only held. `plugin_of` names an App's plugin from its log name.
 pub fn reconciled_apps(
     log: &Path,
     from_byte: u64,
+    plugin_of: impl Fn(&str) -> &'static str,
 ) -> anyhow::Result<std::collections::HashSet<String>> {
     use std::io::{Read, Seek};
     let mut file = std::fs::File::open(log)?;
     file.seek(std::io::SeekFrom::Start(from_byte))?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
-    Ok(text
+    let mut loaded = std::collections::HashSet::new();
+    let mut served = std::collections::HashSet::new();
+    for line in text
         .lines()
-        .filter(|l| l.contains("reconciled"))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["message"] == "reconciled")
-        .filter_map(|l| Some(l["app"].as_str()?.to_string()))
-        .collect())
+    {
+        match line["message"].as_str() {
+            Some("plugin loaded") => {
+                loaded.insert(line["plugin"].as_str().unwrap_or_default().to_string());
+            }
+            Some("reconciled") => {
+                let app = line["app"].as_str().unwrap_or_default();
+                if loaded.contains(plugin_of(app)) {
+                    served.insert(app.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(served)
 }

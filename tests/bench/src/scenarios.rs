@@ -463,12 +463,14 @@ async fn bare(env: &Env, args: &Args, n: usize, namespace: &str) -> anyhow::Resu
         start,
         vec![Box::new(workload::statefulset_ready)],
     );
+    // As many requests in flight as the host can have: its reconciles, each with up to
+    // BARE_PER_RECONCILE reads or applies at once.
     workload::apply_all(
         &client,
         namespace,
         objects,
         "wasmop-bench-bare",
-        args.concurrency.into(),
+        usize::from(args.concurrency) * BARE_PER_RECONCILE,
     )
     .await?;
     let converge = start.elapsed();
@@ -667,7 +669,14 @@ async fn hosted(
         let ready_s = host.started.elapsed().as_secs_f64();
         let deadline = Instant::now() + timeout;
         let all = loop {
-            let seen = reconciled_apps(&spec.log, log_from)?;
+            // The Apps are `App.v1alpha1.wasmop.dev/h-00001.<namespace>` in the log.
+            let seen = reconciled_apps(&spec.log, log_from, |app| {
+                if app.contains("/kv-") {
+                    "kvstore"
+                } else {
+                    "hello"
+                }
+            })?;
             if seen.len() >= defs.len() {
                 break host.started.elapsed().as_secs_f64();
             }
@@ -719,6 +728,9 @@ async fn hosted(
         restart: Some(restart),
     })
 }
+
+/// The host's requests in flight per reconcile (`IN_FLIGHT` in host/src/reconcile/execute.rs).
+const BARE_PER_RECONCILE: usize = 4;
 
 /// How long after Ready the idle measurement starts.
 const SETTLE: Duration = Duration::from_secs(20);

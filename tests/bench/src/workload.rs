@@ -276,10 +276,18 @@ impl Drop for Tracker {
     }
 }
 
-/// Whether an App has been reconciled at its generation (its plan applied: the host writes
-/// `observedGeneration` after the objects).
+/// Whether an App has been reconciled at its generation with its plugin serving (its plan
+/// applied: the host writes `observedGeneration` after the objects; a reconcile that only held
+/// while the plugin loaded writes it too, without `PluginReady=True`).
 pub fn observed(app: &App) -> bool {
-    app.status.as_ref().and_then(|s| s.observed_generation) == app.metadata.generation
+    let Some(status) = app.status.as_ref() else {
+        return false;
+    };
+    status.observed_generation == app.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "PluginReady" && c.status == "True")
 }
 
 /// Whether an App is Ready.
