@@ -155,11 +155,13 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
         PluginState::Loading { message } => {
             // An App a plugin served keeps saying so while the plugin loads: after a host
             // restart every plugin loads again (from the compiled cache, in milliseconds), and
-            // writing Loading and then Loaded back would cost two status writes per App.
-            let served = previous
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "PluginReady" && c.status == "True");
+            // writing Loading and then Loaded back would cost two status writes per App. Not
+            // after a spec change (perhaps to another plugin): then the status says Loading.
+            let served = previous.observed_generation == snapshot.app.generation
+                && previous
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "PluginReady" && c.status == "True");
             let conditions = if served {
                 Vec::new()
             } else {

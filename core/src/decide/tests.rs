@@ -570,4 +570,12 @@ fn a_load_that_fails_is_news_and_a_reload_keeps_the_status() {
         "no status write while reloading"
     );
     assert!(held.events.is_empty(), "{:?}", held.events);
+
+    // After a spec change the plugin being loaded may be another one: say Loading.
+    reload.app.generation = Some(4);
+    let changed = decide(&reload, &mut NoPlugin, &Check);
+    assert_eq!(
+        condition(&changed.status, "PluginReady"),
+        ("False", "Loading")
+    );
 }
