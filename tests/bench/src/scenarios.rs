@@ -222,7 +222,12 @@ impl Env {
         self.dir.join(format!("{}.kubeconfig", variant.name()))
     }
 
-    fn host_spec(&self, variant: Variant, namespace: &str) -> anyhow::Result<HostSpec> {
+    fn host_spec(
+        &self,
+        variant: Variant,
+        namespace: &str,
+        concurrency: u16,
+    ) -> anyhow::Result<HostSpec> {
         let binary = self
             .binaries
             .iter()
@@ -235,7 +240,7 @@ impl Env {
             namespace: namespace.to_string(),
             cache_dir: self.dir.join(format!("cache-{}", variant.name())),
             cache_key_file: self.dir.join("cache.key"),
-            concurrency: 8,
+            concurrency,
             log: self.dir.join(format!("{namespace}.log")),
         })
     }
@@ -555,8 +560,7 @@ async fn hosted(
     let hello_image = push(env, &format!("{tag}/hello"), &hello_bytes).await?;
     let kvstore_image = push(env, &format!("{tag}/kvstore"), &component("kvstore.wasm")?).await?;
     create_namespace(&env.admin, namespace).await?;
-    let mut spec = env.host_spec(variant, namespace)?;
-    spec.concurrency = args.concurrency;
+    let spec = env.host_spec(variant, namespace, args.concurrency)?;
     let host = Host::start(&spec).await?;
     let apps: Api<App> = Api::namespaced(env.admin.clone(), namespace);
 
@@ -782,7 +786,7 @@ async fn plugins(env: &Env, args: &Args, namespace: &str) -> anyhow::Result<Vec<
     ));
     let hello = component("hello.wasm")?;
     create_namespace(&env.admin, namespace).await?;
-    let spec = env.host_spec(Variant::Wasm, namespace)?;
+    let spec = env.host_spec(Variant::Wasm, namespace, args.concurrency)?;
     let host = Host::start(&spec).await?;
     let apps: Api<App> = Api::namespaced(env.admin.clone(), namespace);
     let timeout = Duration::from_secs(args.timeout_secs);
