@@ -243,7 +243,7 @@ fn serving_condition(plugin: &PluginState) -> Cond {
             "PluginReady",
             true,
             "LastGoodKept",
-            format!("{label} serving; the newest version was refused: {err}"),
+            format!("{label} serving; the newest version did not load: {err}"),
         ),
         PluginState::Serving { label, .. } => {
             Cond::new("PluginReady", true, "Loaded", format!("{label} serving"))

@@ -197,12 +197,13 @@ pub struct RunArgs {
     #[arg(long, env = "WASMOP_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
 
-    /// How long an App's reconcile waits for its triggers to stop arriving (trailing-edge
-    /// debounce). A new App's Deployment, Pods and their statuses change several times within a
-    /// second, and one reconcile after them serves as well as one per change; but every change,
-    /// a plugin swap included, then waits this long. Off (`0s`) by default.
-    #[arg(long, env = "WASMOP_DEBOUNCE", default_value = "0s", value_parser = parse_duration)]
-    pub debounce: Duration,
+    /// How long changes to an App's objects (its Deployment, its Pods and their statuses) are
+    /// gathered before the App is reconciled once for all of them. A new App's objects change
+    /// several times within a second on their way to ready. The first change opens the window
+    /// and later ones never extend it; App edits and plugin swaps are not delayed. `0s` turns
+    /// it off.
+    #[arg(long, env = "WASMOP_COALESCE", default_value = "1s", value_parser = parse_duration)]
+    pub coalesce: Duration,
 
     /// Take a Lease before reconciling, so that only one of several replicas acts.
     #[arg(long)]

@@ -34,8 +34,9 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once.
     pub concurrency: u16,
-    /// Trailing-edge debounce of each App's reconcile requests.
-    pub debounce: std::time::Duration,
+    /// How long the changes to an App's objects are gathered before it is reconciled once
+    /// for all of them (see [`crate::coalesce`]).
+    pub coalesce: std::time::Duration,
     /// Where reconciles in flight are reported.
     pub health: ApiHealth,
     /// Which PluginPolicy governs each namespace; its changes re-reconcile the Apps they affect.
@@ -117,13 +118,10 @@ pub async fn run(
     .predicate_filter(app_changed, Default::default());
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
-        .with_config(
-            ControllerConfig::default()
-                .concurrency(settings.concurrency)
-                .debounce(settings.debounce),
-        );
-    // Every kind of the kind table: its cache, and its changes as triggers.
-    let (stores, controller) = crate::kinds::start(&client, ns, controller);
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency));
+    // Every kind of the kind table: its cache, and its changes as triggers, coalesced per App.
+    let (stores, object_changes) = crate::kinds::start(&client, ns);
+    let object_changes = crate::coalesce::coalesce(object_changes, settings.coalesce);
     let swaps = plugin_changes(runtime, apps.clone());
     // A source stays loaded while an App of this controller references it, however long that
     // App waits between reconciles. An App whose policy is not known yet counts as a user.
@@ -198,6 +196,7 @@ pub async fn run(
         metrics: settings.metrics.clone(),
     });
     controller
+        .reconcile_on(object_changes)
         .reconcile_on(swaps)
         .reconcile_on(policy_moves)
         .graceful_shutdown_on(shutdown)
@@ -245,6 +244,17 @@ where
     })
 }
 
+/// The App that controls `object`, from its owner references.
+pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
+    let api_version = App::api_version(&());
+    let owner = object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == App::kind(&()) && o.api_version == api_version)?;
+    Some(ObjectRef::new(&owner.name).within(&object.namespace()?))
+}
+
+/// The App named by `object`'s `wasmop.dev/app` label.
 pub(crate) fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
     let name = object.labels().get(reconcile::fetch::APP_LABEL)?;
     Some(ObjectRef::new(name).within(&object.namespace()?))

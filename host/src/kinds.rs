@@ -5,7 +5,7 @@
 //! it. Adding a built-in kind is one row here, plus its verbs in `deploy/base/rbac.yaml`
 //! (the drift test below says which).
 
-use futures::future::BoxFuture;
+use futures::{Stream, StreamExt, future::BoxFuture, stream::BoxStream};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     batch::v1::Job,
@@ -14,12 +14,12 @@ use k8s_openapi::api::{
 };
 use kube::{
     Client,
-    runtime::{Controller, reflector::Store},
+    runtime::reflector::{ObjectRef, Store},
 };
 
 use crate::{
     app::App,
-    controller::{app_of, ready_of, reflect},
+    controller::{app_of, owner_of, ready_of, reflect},
     reconcile::{
         fetch::{ObservedObject, collect},
         guard::Kind,
@@ -97,26 +97,46 @@ macro_rules! kind_table {
             }
         }
 
-        /// Starts a reflector per kind in `namespace` (`None`: all) and makes each one's
-        /// changes trigger `controller`'s reconciles.
-        pub fn start(
-            client: &Client,
-            namespace: Option<&str>,
-            controller: Controller<App>,
-        ) -> (Stores, Controller<App>) {
+        /// Starts a reflector per kind in `namespace` (`None`: all); returns the caches and
+        /// the App each change of an object calls to be reconciled.
+        pub fn start(client: &Client, namespace: Option<&str>) -> (Stores, Triggers) {
+            let mut triggers: Vec<Triggers> = Vec::new();
             $(
                 let ($field, stream) = reflect::<$ty>(client, namespace, Watch::$watch.selector());
-                let controller = kind_table!(@wire $watch, $ty, controller, stream);
+                triggers.push(kind_table!(@wire $watch, $ty, stream));
             )*
-            (Stores { $( $field, )* }, controller)
+            (Stores { $( $field, )* }, futures::stream::select_all(triggers).boxed())
         }
     };
-    (@wire Owned, $ty:ty, $controller:expr, $stream:expr) => {
-        $controller.owns_stream($stream)
+    (@wire Owned, $ty:ty, $stream:expr) => {
+        apps_of($stream, |object: &$ty| owner_of(object))
     };
-    (@wire Labelled, $ty:ty, $controller:expr, $stream:expr) => {
-        $controller.watches_stream($stream, |object: $ty| app_of(&object))
+    (@wire Labelled, $ty:ty, $stream:expr) => {
+        apps_of($stream, |object: &$ty| app_of(object))
     };
+}
+
+/// The Apps that changes to watched objects call to be reconciled.
+pub type Triggers = BoxStream<'static, ObjectRef<App>>;
+
+/// The App `app` names for each object of `stream`. A watch error is the watch's to retry
+/// (with its backoff); it names no App.
+fn apps_of<K, S>(stream: S, app: fn(&K) -> Option<ObjectRef<App>>) -> Triggers
+where
+    K: 'static,
+    S: Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+{
+    stream
+        .filter_map(move |object| {
+            futures::future::ready(match object {
+                Ok(object) => app(&object),
+                Err(err) => {
+                    tracing::debug!(error = %err, "watch error; the watch retries");
+                    None
+                }
+            })
+        })
+        .boxed()
 }
 
 kind_table! {

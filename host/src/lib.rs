@@ -7,6 +7,7 @@
 pub mod api_health;
 pub mod app;
 pub mod cli;
+pub mod coalesce;
 pub mod controller;
 pub mod crd_install;
 pub mod kinds;

@@ -25,7 +25,10 @@ use axum::{
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::net::TcpListener;
 
-use crate::{api_health::ApiHealth, plugin::registry::PluginRegistry};
+use crate::{
+    api_health::ApiHealth,
+    plugin::{LoadError, registry::PluginRegistry},
+};
 
 /// Shared state behind the probe endpoints.
 #[derive(Clone)]
@@ -152,8 +155,13 @@ async fn debug_plugins(
                     "fromCache": c.from_cache,
                 })
             });
-            let last_error = state.last_error.map(|e| serde_json::json!({"reason": e.reason(), "message": e.to_string()}));
-            serde_json::json!({"source": source.to_string(), "current": current, "lastError": last_error})
+            let error = |e: LoadError| serde_json::json!({"reason": e.reason(), "message": e.to_string()});
+            serde_json::json!({
+                "source": source.to_string(),
+                "current": current,
+                "lastError": state.last_error.map(error),
+                "pollFailing": state.poll_failing.map(error),
+            })
         })
         .collect();
     Ok(Json(serde_json::Value::Array(entries)))

@@ -129,7 +129,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let settings = controller::Settings {
             namespace,
             concurrency: args.concurrency,
-            debounce: args.debounce,
+            coalesce: args.coalesce,
             health: health.clone(),
             policies: policies.clone(),
             metrics: reconcile_metrics.clone(),

@@ -444,6 +444,67 @@ async fn a_source_that_keeps_failing_the_same_way_tells_its_apps_once() {
     );
 }
 
+/// A registry down while a version serves is kept from the Apps for the grace, then told once;
+/// with nothing serving, the Apps hear at once; a poll that answers clears it all.
+#[tokio::test]
+async fn failing_polls_reach_the_apps_only_after_the_grace_when_a_version_serves() {
+    let engine = PluginEngine::new().expect("engine");
+    let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+    let (serving, empty) = (
+        SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/serving:1")),
+        SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/empty:1")),
+    );
+    let down = |source: &SourceRef| LoadError::Fetch {
+        source_ref: source.to_string(),
+        message: "connection refused".into(),
+    };
+    assert!(matches!(
+        registry
+            .offer(&serving, Fetched::new(component("hello.wasm")))
+            .await,
+        Offer::Loaded(_)
+    ));
+    let mut changes = registry.subscribe();
+    let grace = Duration::from_millis(300);
+
+    registry.record_poll_failure(&empty, down(&empty), grace);
+    assert_eq!(
+        changes.try_recv().ok(),
+        Some(empty.clone()),
+        "nothing serves: told at once"
+    );
+    assert_eq!(
+        registry.get(&empty).last_error.map(|e| e.reason()),
+        Some("FetchFailed")
+    );
+
+    for _ in 0..3 {
+        registry.record_poll_failure(&serving, down(&serving), grace);
+    }
+    assert!(changes.try_recv().is_err(), "told within the grace");
+    let state = registry.get(&serving);
+    assert!(state.last_error.is_none(), "told within the grace");
+    assert_eq!(state.poll_failing.map(|e| e.reason()), Some("FetchFailed"));
+
+    tokio::time::sleep(grace).await;
+    registry.record_poll_failure(&serving, down(&serving), grace);
+    registry.record_poll_failure(&serving, down(&serving), grace);
+    assert_eq!(
+        changes.try_recv().ok(),
+        Some(serving.clone()),
+        "told after the grace"
+    );
+    assert!(changes.try_recv().is_err(), "told once");
+    assert!(registry.get(&serving).last_error.is_some());
+
+    registry.clear_fetch_error(&serving);
+    let state = registry.get(&serving);
+    assert!(state.last_error.is_none() && state.poll_failing.is_none());
+    // A new streak starts a new grace.
+    registry.record_poll_failure(&serving, down(&serving), grace);
+    assert!(registry.get(&serving).last_error.is_none());
+}
+
 #[tokio::test]
 async fn a_bad_version_never_replaces_a_good_one() {
     let engine = PluginEngine::new().expect("engine");

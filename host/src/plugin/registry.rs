@@ -9,7 +9,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, RwLock},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use chrono::{DateTime, Utc};
@@ -117,8 +117,11 @@ impl LoadedPlugin {
 pub struct PluginState {
     /// The version in service, if one ever loaded.
     pub current: Option<Arc<LoadedPlugin>>,
-    /// Why the most recent fetch or load failed, if it did after the last success.
+    /// Why the most recent fetch or load failed, if it did after the last success: what the
+    /// Apps on the source are told.
     pub last_error: Option<LoadError>,
+    /// A failing poll the Apps are not told about yet (see [`PluginRegistry::record_poll_failure`]).
+    pub poll_failing: Option<LoadError>,
 }
 
 /// What became of a version offered to the registry.
@@ -144,6 +147,18 @@ struct Entry {
     current: Option<Arc<LoadedPlugin>>,
     last_error: Option<LoadError>,
     failed: Vec<(Digest, LoadError)>,
+    /// Since when polls have been failing, and how the last one failed.
+    polls_failing: Option<(Instant, LoadError)>,
+}
+
+impl Entry {
+    fn state(&self) -> PluginState {
+        PluginState {
+            current: self.current.clone(),
+            last_error: self.last_error.clone(),
+            poll_failing: self.polls_failing.as_ref().map(|(_, e)| e.clone()),
+        }
+    }
 }
 
 /// All loaded plugins of the host.
@@ -190,13 +205,7 @@ impl PluginRegistry {
     /// The state of one source.
     pub fn get(&self, source: &SourceRef) -> PluginState {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries
-            .get(source)
-            .map(|e| PluginState {
-                current: e.current.clone(),
-                last_error: e.last_error.clone(),
-            })
-            .unwrap_or_default()
+        entries.get(source).map(Entry::state).unwrap_or_default()
     }
 
     /// The state of every source, sorted by reference.
@@ -204,15 +213,7 @@ impl PluginRegistry {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let mut all: Vec<_> = entries
             .iter()
-            .map(|(s, e)| {
-                (
-                    s.clone(),
-                    PluginState {
-                        current: e.current.clone(),
-                        last_error: e.last_error.clone(),
-                    },
-                )
-            })
+            .map(|(s, e)| (s.clone(), e.state()))
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
@@ -248,6 +249,37 @@ impl PluginRegistry {
             let _ = self.changes.send(source.clone());
         } else {
             tracing::debug!(source = %source, reason = error.reason(), "plugin source still failing");
+        }
+    }
+
+    /// Records that polling `source` failed (its registry unreachable or refusing). With no
+    /// version in service the Apps are told at once. With one, they are told only once polls
+    /// have failed for `grace`: a registry that is down for a minute, or down while the host
+    /// restarts from its cache, is no news to the Apps it serves (it used to rewrite the
+    /// status of every App on the source, and again when the registry came back), while a
+    /// tag deleted or credentials revoked still reach them. Until then the failure shows in
+    /// the log, the load metrics and `/debug/plugins`.
+    pub fn record_poll_failure(&self, source: &SourceRef, error: LoadError, grace: Duration) {
+        let (serving, failing_for, first) = {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.entry(source.clone()).or_default();
+            let first = entry.polls_failing.is_none();
+            let since = entry
+                .polls_failing
+                .as_ref()
+                .map_or_else(Instant::now, |(since, _)| *since);
+            entry.polls_failing = Some((since, error.clone()));
+            (entry.current.is_some(), since.elapsed(), first)
+        };
+        if !serving || failing_for >= grace {
+            self.record_failure(source, error);
+            return;
+        }
+        self.metrics.load("error", error.reason());
+        if first {
+            tracing::warn!(source = %source, reason = error.reason(), error = %error, grace_s = grace.as_secs(), "polling the plugin source failed; serving the version in service, and the Apps are told if this lasts");
+        } else {
+            tracing::debug!(source = %source, reason = error.reason(), "polling the plugin source still fails");
         }
     }
 
@@ -349,6 +381,14 @@ impl PluginRegistry {
     /// Clears a fetch failure once the source answers again (a compile rejection stays until a
     /// good version loads).
     pub fn clear_fetch_error(&self, source: &SourceRef) {
+        if let Some(entry) = self
+            .entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(source)
+        {
+            entry.polls_failing = None;
+        }
         let is_fetch = matches!(self.get(source).last_error, Some(LoadError::Fetch { .. }));
         if is_fetch {
             self.clear_error(source);

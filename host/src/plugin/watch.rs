@@ -208,6 +208,10 @@ async fn offer_from_cache(
     offer(registry, source, Fetched { bytes, digest }).await
 }
 
+/// How long polls of a source serving a version may fail before its Apps are told (at least
+/// three polls): see [`PluginRegistry::record_poll_failure`].
+const POLL_FAILURE_GRACE: Duration = Duration::from_secs(300);
+
 /// The longest a source whose versions keep being refused waits between looks.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(600);
 
@@ -239,7 +243,7 @@ async fn drive_oci(
                 if registry.get(&source).current.is_none() {
                     offer_from_cache(&registry, &client, &source, &oci).await;
                 }
-                registry.record_failure(&source, error);
+                registry.record_poll_failure(&source, error, POLL_FAILURE_GRACE.max(poll * 3));
                 None
             }
         };
