@@ -57,10 +57,10 @@ where
 
 type Reflected<K> = (
     Store<K>,
-    std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>,
+    std::pin::Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>,
 );
 
-/// A reflector over `K` with `selector`: its cache and the stream of touched objects.
+/// A reflector over `K` with `selector`: its cache and the stream of its watch events.
 pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -78,7 +78,6 @@ where
         watcher(api::<K>(client, namespace), config).modify(slim),
     )
     .backoff(WatchBackoff::default())
-    .touched_objects()
     .boxed();
     (reader, stream)
 }
@@ -165,6 +164,10 @@ pub async fn run(
         })
     };
 
+    // No App is reconciled before every cache has synced (as controller-runtime's workers wait
+    // for theirs): against a half-filled cache a reconcile would take the objects it cannot see
+    // yet for missing, read each one back and apply it again.
+    let (synced, synced_rx) = tokio::sync::watch::channel(false);
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
         let apps = apps.clone();
@@ -176,6 +179,7 @@ pub async fn run(
                 tracing::debug!(cache = what, "cache synced");
             }
             tracing::info!("caches synced");
+            synced.send_replace(true);
             ready();
         })
     };
@@ -194,6 +198,7 @@ pub async fn run(
         health: settings.health.clone(),
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),
+        synced: synced_rx,
     });
     controller
         .reconcile_on(object_changes)

@@ -14,7 +14,10 @@ use k8s_openapi::api::{
 };
 use kube::{
     Client,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use crate::{
@@ -119,17 +122,27 @@ macro_rules! kind_table {
 /// The Apps that changes to watched objects call to be reconciled.
 pub type Triggers = BoxStream<'static, ObjectRef<App>>;
 
-/// The App `app` names for each object of `stream`. A watch error is the watch's to retry
-/// (with its backoff); it names no App.
+/// The App `app` names for each object a watch event of `stream` touches. The watch's first
+/// listing names none: every App is reconciled at start-up anyway, once the caches have
+/// synced, and naming them again would reconcile each twice. A later listing (the watch
+/// restarted) does name them: changes may have been missed meanwhile. A watch error is the
+/// watch's to retry (with its backoff); it names no App.
 fn apps_of<K, S>(stream: S, app: fn(&K) -> Option<ObjectRef<App>>) -> Triggers
 where
-    K: 'static,
-    S: Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    let mut listed = false;
     stream
-        .filter_map(move |object| {
-            futures::future::ready(match object {
-                Ok(object) => app(&object),
+        .filter_map(move |event| {
+            futures::future::ready(match event {
+                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => app(&object),
+                Ok(watcher::Event::InitApply(object)) if listed => app(&object),
+                Ok(watcher::Event::InitDone) => {
+                    listed = true;
+                    None
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
                 Err(err) => {
                     tracing::debug!(error = %err, "watch error; the watch retries");
                     None

@@ -606,7 +606,11 @@ async fn hosted(
 
     // Idle, once the tail of the converge settled: Pods turning Ready and workload statuses
     // trigger reconciles for some seconds after the last App reported Ready.
-    tokio::time::sleep(SETTLE).await;
+    let settled = settle(&host).await?;
+    log(format!(
+        "{} N={n} settled {settled:.0?} after Ready",
+        variant.name()
+    ));
     let idle = {
         let (cpu0, rec0, wall0) = (
             host.cpu_seconds()?,
@@ -736,8 +740,26 @@ async fn hosted(
 /// The host's requests in flight per reconcile (`IN_FLIGHT` in host/src/reconcile/execute.rs).
 const BARE_PER_RECONCILE: usize = 4;
 
-/// How long after Ready the idle measurement starts.
-const SETTLE: Duration = Duration::from_secs(20);
+/// The idle measurement starts once no reconcile ran for this long...
+const QUIET: Duration = Duration::from_secs(10);
+/// ...or after this long, whichever comes first.
+const SETTLE_MAX: Duration = Duration::from_secs(180);
+
+/// Waits until the host has not reconciled for [`QUIET`] (at most [`SETTLE_MAX`]); returns how
+/// long that took.
+async fn settle(host: &Host) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let mut last = host.metric("wasmop_reconcile_total").await?;
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < QUIET && start.elapsed() < SETTLE_MAX {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = host.metric("wasmop_reconcile_total").await?;
+        if now != last {
+            (last, quiet_since) = (now, Instant::now());
+        }
+    }
+    Ok(start.elapsed())
+}
 
 async fn plugin_calls(host: &Host) -> anyhow::Result<f64> {
     host.metric("wasmop_plugin_call_duration_seconds_count")
