@@ -541,14 +541,19 @@ fn finish(
             .collect();
         conditions.extend(kept);
     }
-    let plugin = plugin.cloned().or_else(|| previous.plugin.clone());
-    if let (Some(old), Some(new)) = (&previous.plugin, &plugin)
-        && old.digest != new.digest
-    {
-        events.push(Event::normal(
-            "PluginSwapped",
-            format!("{} -> {}", old.digest, new.digest),
-        ));
+    let mut plugin = plugin.cloned().or_else(|| previous.plugin.clone());
+    if let (Some(old), Some(new)) = (&previous.plugin, &mut plugin) {
+        if old.digest != new.digest {
+            events.push(Event::normal(
+                "PluginSwapped",
+                format!("{} -> {}", old.digest, new.digest),
+            ));
+        } else if old.loaded_at.is_some() {
+            // Like a condition's lastTransitionTime, `loadedAt` moves only when the digest
+            // does: a host restart loads the same digest again, and rewriting the status of
+            // every App for it would be a write per App per restart for no news.
+            new.loaded_at.clone_from(&old.loaded_at);
+        }
     }
     if let Some(event) = transitions_event(&previous.conditions, &conditions) {
         events.push(event);

@@ -78,7 +78,8 @@ pub struct PluginStatus {
     /// Capabilities the component exports.
     #[serde(default)]
     pub capabilities: Vec<String>,
-    /// When this digest was loaded (RFC 3339).
+    /// When this digest went into service for the App (RFC 3339); a host restart that loads
+    /// the same digest again leaves it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loaded_at: Option<String>,
 }

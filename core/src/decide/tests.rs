@@ -579,3 +579,41 @@ fn a_load_that_fails_is_news_and_a_reload_keeps_the_status() {
         ("False", "Loading")
     );
 }
+
+#[test]
+fn loaded_at_moves_with_the_digest_and_not_with_a_reload() {
+    let serving = |digest: &str, loaded_at: &str| PluginState::Serving {
+        label: format!("kv@0.1.0 ({digest})"),
+        status: PluginStatus {
+            reference: "registry/kv:1".into(),
+            digest: digest.into(),
+            short_digest: digest.into(),
+            capabilities: vec!["spec-diff".into()],
+            loaded_at: Some(loaded_at.into()),
+        },
+        newer_refused: None,
+    };
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    let mut first = snapshot(AppStatus::default(), vec![]);
+    first.plugin = serving("sha256:abc", "2027-01-15T08:00:00+00:00");
+    let d1 = decide(&first, &mut plugin, &Check);
+
+    // The host restarted: the same digest, loaded again later.
+    let mut restarted = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+    restarted.plugin = serving("sha256:abc", "2027-01-15T09:00:00+00:00");
+    restarted.now = later();
+    let d2 = decide(&restarted, &mut plugin, &Check);
+    assert!(d2.writes_nothing(), "{d2:#?}");
+    assert_eq!(d2.status, d1.status, "a reload writes no status");
+
+    // A swap: the new digest's time.
+    let mut swapped = snapshot(d2.status.clone(), perform(&restarted.observed, &d2));
+    swapped.plugin = serving("sha256:def", "2027-01-15T10:00:00+00:00");
+    let d3 = decide(&swapped, &mut plugin, &Check);
+    let plugin_status = d3.status.plugin.expect("status.plugin");
+    assert_eq!(
+        plugin_status.loaded_at.as_deref(),
+        Some("2027-01-15T10:00:00+00:00")
+    );
+    assert!(d3.events.iter().any(|e| e.reason == "PluginSwapped"));
+}

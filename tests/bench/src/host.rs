@@ -124,8 +124,8 @@ impl Host {
         Ok(ticks / clock_ticks())
     }
 
-    /// (resident now, peak resident) in MiB.
-    pub fn memory_mib(&self) -> anyhow::Result<(f64, f64)> {
+    /// Resident memory now, in MiB, split by what backs it.
+    pub fn memory_mib(&self) -> anyhow::Result<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?))?;
         let field = |name: &str| -> f64 {
             status
@@ -136,7 +136,12 @@ impl Host {
                 .unwrap_or(0.0)
                 / 1024.0
         };
-        Ok((field("VmRSS:"), field("VmHWM:")))
+        Ok(Memory {
+            rss: field("VmRSS:"),
+            peak: field("VmHWM:"),
+            anon: field("RssAnon:"),
+            file: field("RssFile:"),
+        })
     }
 
     /// The sum over label sets of the series `name` in `/metrics`.
@@ -224,4 +229,18 @@ pub fn reconciled_apps(
         }
     }
     Ok(served)
+}
+
+/// A process's resident memory, MiB.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    /// Resident now (`VmRSS`).
+    pub rss: f64,
+    /// Peak resident (`VmHWM`).
+    pub peak: f64,
+    /// Resident anonymous memory (heap, stacks, plugin instances' linear memories).
+    pub anon: f64,
+    /// Resident file-backed pages: the binary's own code and the mapped compiled plugins,
+    /// shared with every other process mapping the same files.
+    pub file: f64,
 }

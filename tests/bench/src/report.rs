@@ -59,7 +59,7 @@ fn markdown(results: &Results, day: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | host CPU s | RSS MiB (peak) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
+        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | host CPU s | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for run in &results.runs {
@@ -77,7 +77,7 @@ fn markdown(results: &Results, day: &str) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} + {} | {} | {:.1} | {:.1} | {} | {} | {} ({}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} + {} | {} | {:.1} | {:.1} | {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             run.hello,
             run.kvstore,
             run.variant,
@@ -87,6 +87,8 @@ fn markdown(results: &Results, day: &str) -> String {
             opt(run.host_cpu_s, 1),
             opt(run.rss_mib, 0),
             opt(run.rss_peak_mib, 0),
+            opt(run.rss_anon_mib, 0),
+            opt(run.rss_file_mib, 0),
             run.object_writes_per_object,
             run.status_writes_per_app,
             run.event_writes_per_app,

@@ -108,6 +108,11 @@ pub struct Run {
     pub rss_mib: Option<f64>,
     /// The host's peak resident memory until then, MiB.
     pub rss_peak_mib: Option<f64>,
+    /// Of the resident memory once Ready, the anonymous part (heap, stacks), MiB.
+    pub rss_anon_mib: Option<f64>,
+    /// Of the resident memory once Ready, the file-backed part (the binary's code, mapped
+    /// compiled plugins), MiB.
+    pub rss_file_mib: Option<f64>,
     /// The variant's requests until Ready, by verb and resource.
     pub requests: Requests,
     /// Writes to planned objects per planned object.
@@ -594,7 +599,7 @@ async fn hosted(
     let ready = tracker.all(1, defs.len(), timeout, "Ready Apps").await?;
     let ready_wall = SystemTime::now();
     let cpu = host.cpu_seconds()? - cpu0;
-    let (rss, peak) = host.memory_mib()?;
+    let memory = host.memory_mib()?;
     let reconciles = host.metric("wasmop_reconcile_total").await?;
     let calls = plugin_calls(&host).await? - calls0;
     let requests = env
@@ -722,8 +727,10 @@ async fn hosted(
         converge_s: converge.as_secs_f64(),
         ready_s: ready.as_secs_f64(),
         host_cpu_s: Some(cpu),
-        rss_mib: Some(rss),
-        rss_peak_mib: Some(peak),
+        rss_mib: Some(memory.rss),
+        rss_peak_mib: Some(memory.peak),
+        rss_anon_mib: Some(memory.anon),
+        rss_file_mib: Some(memory.file),
         object_writes_per_object: requests.object_writes() as f64 / planned_objects as f64,
         status_writes_per_app: requests.status_writes() as f64 / defs.len() as f64,
         event_writes_per_app: requests.event_writes() as f64 / defs.len() as f64,
@@ -843,8 +850,9 @@ async fn plugins(env: &Env, args: &Args, namespace: &str) -> anyhow::Result<Vec<
         tracker.all(0, have, timeout, "Ready Apps").await?;
         // Loading settles (instances released, the compile workers gone) before reading RSS.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let (rss, _) = host.memory_mib()?;
-        log(format!("plugins: {have} distinct, RSS {rss:.1} MiB"));
+        let memory = host.memory_mib()?;
+        let rss = memory.rss;
+        log(format!("plugins: {have} distinct, RSS {memory:?} MiB"));
         steps.push(PluginsStep {
             plugins: have,
             rss_mib: rss,
