@@ -202,7 +202,7 @@ pub struct RunArgs {
     /// several times within a second on their way to ready. The first change opens the window
     /// and later ones never extend it; App edits and plugin swaps are not delayed. `0s` turns
     /// it off.
-    #[arg(long, env = "WASMOP_COALESCE", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "WASMOP_COALESCE", default_value = "1s", value_parser = parse_coalesce)]
     pub coalesce: Duration,
 
     /// Take a Lease before reconciling, so that only one of several replicas acts.
@@ -281,6 +281,20 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     value
         .checked_mul(1 << shift)
         .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// The longest `--coalesce`: a window delays the correction of drift by as much.
+const MAX_COALESCE: Duration = Duration::from_secs(60);
+
+fn parse_coalesce(text: &str) -> Result<Duration, String> {
+    let window = parse_duration(text)?;
+    if window > MAX_COALESCE {
+        return Err(format!(
+            "{text:?} is longer than {}s: drift would wait that long to be corrected",
+            MAX_COALESCE.as_secs()
+        ));
+    }
+    Ok(window)
 }
 
 /// Parses `250ms`, `10s`, `5m` or a plain number of seconds.

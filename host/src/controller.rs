@@ -107,6 +107,12 @@ pub async fn run(
 
     // The App watch gets its own backoff, like every other watch, and the controller's shared
     // trigger backoff never waits: see `watch_backoff` for the deafness the shared one caused.
+    // No App is reconciled before every cache has synced (as controller-runtime's workers wait
+    // for theirs): against a half-filled cache a reconcile would take the objects it cannot see
+    // yet for missing, read each one back and apply it again. Triggers are held until then,
+    // not reconciles: a reconcile dispatched later reads the App as the cache has it then, and
+    // a shutdown before the sync has no reconcile to wait for.
+    let (synced, synced_rx) = tokio::sync::watch::channel(false);
     let (apps, apps_writer) = reflector::store();
     let app_stream = reflector::reflector(
         apps_writer,
@@ -115,13 +121,17 @@ pub async fn run(
     .backoff(WatchBackoff::default())
     .applied_objects()
     .predicate_filter(app_changed, Default::default());
+    let app_stream = after_sync(app_stream, synced_rx.clone());
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     // Every kind of the kind table: its cache, and its changes as triggers, coalesced per App.
     let (stores, object_changes) = crate::kinds::start(&client, ns);
-    let object_changes = crate::coalesce::coalesce(object_changes, settings.coalesce);
-    let swaps = plugin_changes(runtime, apps.clone());
+    let object_changes = after_sync(
+        crate::coalesce::coalesce(object_changes, settings.coalesce),
+        synced_rx.clone(),
+    );
+    let swaps = after_sync(plugin_changes(runtime, apps.clone()), synced_rx.clone());
     // A source stays loaded while an App of this controller references it, however long that
     // App waits between reconciles. An App whose policy is not known yet counts as a user.
     {
@@ -142,7 +152,10 @@ pub async fn run(
                 })
             }));
     }
-    let policy_moves = policy_changes(settings.policies.clone(), apps.clone());
+    let policy_moves = after_sync(
+        policy_changes(settings.policies.clone(), apps.clone()),
+        synced_rx,
+    );
     // An App deleted (or moved out of reach) is no longer due: the stall check of /healthz
     // looks only at Apps the cache still holds.
     let forget_deleted = {
@@ -164,10 +177,6 @@ pub async fn run(
         })
     };
 
-    // No App is reconciled before every cache has synced (as controller-runtime's workers wait
-    // for theirs): against a half-filled cache a reconcile would take the objects it cannot see
-    // yet for missing, read each one back and apply it again.
-    let (synced, synced_rx) = tokio::sync::watch::channel(false);
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
         let apps = apps.clone();
@@ -198,7 +207,6 @@ pub async fn run(
         health: settings.health.clone(),
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),
-        synced: synced_rx,
     });
     controller
         .reconcile_on(object_changes)
@@ -214,6 +222,55 @@ pub async fn run(
         })
         .await;
     forget_deleted.abort();
+}
+
+/// `input`'s items, held back until `synced` turns true and then let through in order. `input`
+/// is polled all along: behind it are the reflectors that fill the caches being waited for.
+fn after_sync<S>(
+    input: S,
+    synced: tokio::sync::watch::Receiver<bool>,
+) -> impl Stream<Item = S::Item> + Send
+where
+    S: Stream + Send,
+    S::Item: Send,
+{
+    struct Gate<S: Stream> {
+        input: std::pin::Pin<Box<S>>,
+        synced: tokio::sync::watch::Receiver<bool>,
+        held: std::collections::VecDeque<S::Item>,
+        open: bool,
+        ended: bool,
+    }
+    let gate = Gate {
+        input: Box::pin(input),
+        synced,
+        held: Default::default(),
+        open: false,
+        ended: false,
+    };
+    futures::stream::unfold(gate, |mut gate| async move {
+        loop {
+            if gate.open {
+                if let Some(item) = gate.held.pop_front() {
+                    return Some((item, gate));
+                }
+                if gate.ended {
+                    return None;
+                }
+                let item = gate.input.next().await?;
+                return Some((item, gate));
+            }
+            tokio::select! {
+                // An error: the sync task is gone (the controller is stopping); holding on
+                // would only keep what is held from ever running.
+                _ = gate.synced.wait_for(|synced| *synced) => gate.open = true,
+                item = gate.input.next() => match item {
+                    Some(item) => gate.held.push_back(item),
+                    None => (gate.open, gate.ended) = (true, true),
+                },
+            }
+        }
+    })
 }
 
 /// What about an App calls for a reconcile: its spec (generation), others' finalizers and its
@@ -249,13 +306,13 @@ where
     })
 }
 
-/// The App that controls `object`, from its owner references.
+/// The App that controls `object`: its controlling owner reference (`controller: true`), the
+/// one the host sets and the only one it counts as ownership (see `wasmop_core::observed`).
 pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
     let api_version = App::api_version(&());
-    let owner = object
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == App::kind(&()) && o.api_version == api_version)?;
+    let owner = object.owner_references().iter().find(|o| {
+        o.controller == Some(true) && o.kind == App::kind(&()) && o.api_version == api_version
+    })?;
     Some(ObjectRef::new(&owner.name).within(&object.namespace()?))
 }
 
@@ -325,4 +382,63 @@ fn policy_changes(
         last.extend(seen);
         futures::stream::iter(moved)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        },
+        time::Duration,
+    };
+
+    use futures::StreamExt;
+    use tokio::sync::{mpsc, watch};
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+
+    use super::after_sync;
+
+    /// Triggers that arrive before the caches synced come out once they have, in order, and
+    /// the input is drained meanwhile (behind it, the reflectors fill the caches).
+    #[tokio::test(start_paused = true)]
+    async fn triggers_wait_for_the_sync_and_none_is_lost() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (synced, synced_rx) = watch::channel(false);
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = UnboundedReceiverStream::new(rx).inspect({
+            let read = Arc::clone(&read);
+            move |_| {
+                read.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let mut out = Box::pin(after_sync(counted, synced_rx));
+        for item in [1, 2, 3] {
+            tx.send(item).expect("the gate holds the receiver");
+        }
+        let early = tokio::time::timeout(Duration::from_secs(5), out.next()).await;
+        assert!(early.is_err(), "a trigger went through before the sync");
+        assert_eq!(
+            read.load(Ordering::SeqCst),
+            3,
+            "the input was not drained while the gate was shut"
+        );
+
+        synced.send_replace(true);
+        tx.send(4).expect("the gate holds the receiver");
+        drop(tx);
+        let all: Vec<i32> = out.collect().await;
+        assert_eq!(all, [1, 2, 3, 4]);
+    }
+
+    /// A gate whose sync task is gone (the controller stopping) lets what it holds through
+    /// rather than keeping it forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_gate_without_a_sync_task_opens() {
+        let (synced, synced_rx) = watch::channel(false);
+        let out = after_sync(futures::stream::iter([1, 2]), synced_rx);
+        drop(synced);
+        assert_eq!(out.collect::<Vec<_>>().await, [1, 2]);
+    }
 }

@@ -5,6 +5,8 @@
 //! it. Adding a built-in kind is one row here, plus its verbs in `deploy/base/rbac.yaml`
 //! (the drift test below says which).
 
+use std::{collections::HashSet, sync::Arc};
+
 use futures::{Stream, StreamExt, future::BoxFuture, stream::BoxStream};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
@@ -106,50 +108,103 @@ macro_rules! kind_table {
             let mut triggers: Vec<Triggers> = Vec::new();
             $(
                 let ($field, stream) = reflect::<$ty>(client, namespace, Watch::$watch.selector());
-                triggers.push(kind_table!(@wire $watch, $ty, stream));
+                triggers.push(kind_table!(@wire $watch, $ty, $field.clone(), stream));
             )*
             (Stores { $( $field, )* }, futures::stream::select_all(triggers).boxed())
         }
     };
-    (@wire Owned, $ty:ty, $stream:expr) => {
-        apps_of($stream, |object: &$ty| owner_of(object))
+    (@wire Owned, $ty:ty, $store:expr, $stream:expr) => {
+        apps_of($stream, $store, |object: &$ty| owner_of(object))
     };
-    (@wire Labelled, $ty:ty, $stream:expr) => {
-        apps_of($stream, |object: &$ty| app_of(object))
+    (@wire Labelled, $ty:ty, $store:expr, $stream:expr) => {
+        apps_of($stream, $store, |object: &$ty| app_of(object))
     };
 }
 
 /// The Apps that changes to watched objects call to be reconciled.
 pub type Triggers = BoxStream<'static, ObjectRef<App>>;
 
-/// The App `app` names for each object a watch event of `stream` touches. The watch's first
-/// listing names none: every App is reconciled at start-up anyway, once the caches have
-/// synced, and naming them again would reconcile each twice. A later listing (the watch
-/// restarted) does name them: changes may have been missed meanwhile. A watch error is the
-/// watch's to retry (with its backoff); it names no App.
-fn apps_of<K, S>(stream: S, app: fn(&K) -> Option<ObjectRef<App>>) -> Triggers
+/// The Apps the watch events of `stream` (the watch behind `cache`) call to be reconciled; a
+/// watch error is the watch's to retry (with its backoff) and names none.
+fn apps_of<K, S>(stream: S, cache: Store<K>, app: fn(&K) -> Option<ObjectRef<App>>) -> Triggers
 where
-    K: Send + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    let mut listed = false;
+    let mut triggering = Triggering::new(app);
     stream
-        .filter_map(move |event| {
-            futures::future::ready(match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => app(&object),
-                Ok(watcher::Event::InitApply(object)) if listed => app(&object),
-                Ok(watcher::Event::InitDone) => {
-                    listed = true;
-                    None
-                }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+        .flat_map(move |event| {
+            let apps = match event {
+                Ok(event) => triggering.on(event, || cache.state()),
                 Err(err) => {
                     tracing::debug!(error = %err, "watch error; the watch retries");
-                    None
+                    Vec::new()
                 }
-            })
+            };
+            futures::stream::iter(apps)
         })
         .boxed()
+}
+
+/// Which Apps one watch's events name, listing by listing.
+///
+/// - A change or a deletion names the object's App.
+/// - The first listing names none: every App is reconciled at start-up anyway, once the caches
+///   have synced, and naming them again would reconcile each twice.
+/// - A later listing (the watch restarted after its history expired) names, once it is done and
+///   the cache holds it, every App of the objects listed *and* of those cached before it: an
+///   object deleted while the watch was away is in no listing, and a reconcile during the
+///   listing would still read the old cache (the reflector swaps the new one in at its end).
+struct Triggering<K> {
+    app: fn(&K) -> Option<ObjectRef<App>>,
+    listed: bool,
+    relisting: Option<HashSet<ObjectRef<App>>>,
+}
+
+impl<K> Triggering<K> {
+    fn new(app: fn(&K) -> Option<ObjectRef<App>>) -> Self {
+        Self {
+            app,
+            listed: false,
+            relisting: None,
+        }
+    }
+
+    /// The Apps `event` names; `cached` is what the cache holds before the event.
+    fn on(
+        &mut self,
+        event: watcher::Event<K>,
+        cached: impl FnOnce() -> Vec<Arc<K>>,
+    ) -> Vec<ObjectRef<App>> {
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                (self.app)(&object).into_iter().collect()
+            }
+            watcher::Event::Init => {
+                self.relisting = self
+                    .listed
+                    .then(|| cached().iter().filter_map(|o| (self.app)(o)).collect());
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                if let Some(apps) = &mut self.relisting {
+                    apps.extend((self.app)(&object));
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                self.listed = true;
+                let mut apps: Vec<_> = self
+                    .relisting
+                    .take()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                apps.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                apps
+            }
+        }
+    }
 }
 
 kind_table! {
@@ -172,6 +227,76 @@ mod tests {
 
     use super::*;
     use crate::reconcile::guard::PLANNABLE;
+
+    fn pod(name: &str, app: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.labels = Some(BTreeMap::from([(
+            crate::reconcile::fetch::APP_LABEL.to_string(),
+            app.to_string(),
+        )]));
+        pod
+    }
+
+    fn names(apps: Vec<ObjectRef<App>>) -> Vec<String> {
+        apps.into_iter().map(|a| a.name).collect()
+    }
+
+    /// A listing at start names no App, changes and deletions name theirs, and a listing after
+    /// the watch restarted names, at its end, the Apps of what it listed and of what was cached
+    /// before it (a Pod deleted while the watch was away is in no listing).
+    #[test]
+    fn a_relisting_names_the_listed_and_the_vanished_at_its_end() {
+        use kube::runtime::watcher::Event;
+        let mut t = Triggering::new(|p: &Pod| crate::controller::app_of(p));
+        let nothing = Vec::new;
+        assert!(t.on(Event::Init, nothing).is_empty());
+        assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
+        assert!(
+            t.on(Event::InitDone, nothing).is_empty(),
+            "the first listing"
+        );
+        assert_eq!(names(t.on(Event::Apply(pod("a-0", "a")), nothing)), ["a"]);
+        assert_eq!(names(t.on(Event::Delete(pod("a-0", "a")), nothing)), ["a"]);
+
+        let cached = || vec![Arc::new(pod("a-0", "a")), Arc::new(pod("gone-0", "gone"))];
+        assert!(t.on(Event::Init, cached).is_empty());
+        assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
+        assert!(t.on(Event::InitApply(pod("b-0", "b")), nothing).is_empty());
+        assert!(t.on(Event::InitApply(pod("b-1", "b")), nothing).is_empty());
+        assert_eq!(names(t.on(Event::InitDone, nothing)), ["a", "b", "gone"]);
+        assert!(t.on(Event::InitDone, nothing).is_empty(), "named once");
+    }
+
+    /// Only the controlling owner reference names the App: another `App` reference put in
+    /// front of it (anyone who can patch the object can add one) does not divert the trigger.
+    #[test]
+    fn the_controlling_owner_reference_names_the_app() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let reference = |name: &str, controller: Option<bool>| OwnerReference {
+            api_version: "wasmop.dev/v1alpha1".into(),
+            kind: "App".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller,
+            ..Default::default()
+        };
+        let mut cm = ConfigMap::default();
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.owner_references = Some(vec![
+            reference("decoy", None),
+            reference("decoy2", Some(false)),
+            reference("real", Some(true)),
+        ]);
+        let owner = crate::controller::owner_of(&cm).expect("an owner");
+        assert_eq!(
+            (owner.name.as_str(), owner.namespace.as_deref()),
+            ("real", Some("ns"))
+        );
+        cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
+        assert!(crate::controller::owner_of(&cm).is_none());
+    }
 
     fn key(kind: &Kind) -> (String, String, String, String) {
         (

@@ -37,12 +37,16 @@ fn main() -> ExitCode {
 /// glibc gives each thread that allocates under contention its own heap ("arena"), up to 8 per
 /// core, and an arena keeps what was freed in it. The host's allocations come from the runtime's
 /// workers and from the blocking threads that run plugin calls, so its heap ended up spread
-/// over many arenas, each holding freed memory of its own. One arena per core keeps contention
-/// as low as the cores allow.
+/// over many arenas, each holding freed memory of its own. One arena per core (at least two)
+/// trades some allocator contention for that memory. `MALLOC_ARENA_MAX`, if set, is left to
+/// glibc.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn limit_malloc_arenas() {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get().min(64));
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 64));
     let cores = i32::try_from(cores).unwrap_or(2);
     // SAFETY: mallopt sets one allocator parameter and reads no memory of ours; it is called
     // before any other thread exists.

@@ -305,7 +305,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
         loaded.compiled.compile_time
     );
     // The failing polls are known, and kept from the Apps the cache serves: a registry down
-    // across a restart is no news to them (record_poll_failure), and not one status write.
+    // across a restart is no news to them (record_poll_failure).
     let error = wait_for(
         "the unreachable registry to be noticed",
         Duration::from_secs(10),

@@ -120,7 +120,8 @@ pub struct PluginState {
     /// Why the most recent fetch or load failed, if it did after the last success: what the
     /// Apps on the source are told.
     pub last_error: Option<LoadError>,
-    /// A failing poll the Apps are not told about yet (see [`PluginRegistry::record_poll_failure`]).
+    /// How the source's polls have been failing since the last one that answered, whether the
+    /// Apps have been told yet or not (see [`PluginRegistry::record_poll_failure`]).
     pub poll_failing: Option<LoadError>,
 }
 

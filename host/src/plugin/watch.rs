@@ -19,6 +19,7 @@ use notify::Watcher as _;
 use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{
+    LoadError,
     registry::{Offer, PluginRegistry},
     source::{Fetched, OciRef, SourceRef, config_map, fetch_error, file, oci::OciSource},
 };
@@ -264,6 +265,11 @@ async fn drive_oci(
                 // Not remembered as seen: the signature may be added later, and the next poll
                 // reads it again. That costs two small manifest reads, as a poll does (the
                 // component is read only once a signature holds), so the wait is not raised.
+                // A registry failing mid-pull is a failing poll like any other; a refusal (a
+                // signature, a digest) is news at once.
+                Err(error @ LoadError::Fetch { .. }) => {
+                    registry.record_poll_failure(&source, error, POLL_FAILURE_GRACE.max(poll * 3));
+                }
                 Err(error) => registry.record_failure(&source, error),
             }
         }

@@ -62,8 +62,6 @@ pub struct Context {
     pub policies: Arc<PolicyView>,
     /// Reconcile, apply and prune counts for `/metrics`.
     pub metrics: execute::ReconcileMetrics,
-    /// Whether every cache has synced; reconciles wait for it.
-    pub synced: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Exponential backoff per App: 5 s after the first failure, doubling to at most 5 minutes, and
@@ -159,9 +157,6 @@ fn app_key(app: &App) -> String {
 
 /// Reconciles one App (the controller's entry point).
 pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Resolves at once after start-up; an error means the sync task is gone, and waiting on
-    // would hold the App forever.
-    let _ = ctx.synced.clone().wait_for(|synced| *synced).await;
     let namespace = app.namespace().unwrap_or_default();
     let api: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
     let key = app_key(&app);
