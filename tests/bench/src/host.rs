@@ -106,22 +106,7 @@ impl Host {
 
     /// User plus system CPU seconds the process used so far.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?))?;
-        // Fields after the command name, which is in parentheses and may contain spaces.
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .context("/proc/PID/stat")?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // utime, stime, cutime and cstime are fields 14-17 of stat(5), 12-15 after the name:
-        // the host and its compile workers (children that have exited).
-        let ticks: f64 = fields
-            .get(11..15)
-            .context("/proc/PID/stat is short")?
-            .iter()
-            .map(|f| f.parse::<f64>().unwrap_or(0.0))
-            .sum();
-        Ok(ticks / clock_ticks())
+        cpu_seconds_of(self.pid()?)
     }
 
     /// Resident memory now, in MiB, split by what backs it.
@@ -243,4 +228,24 @@ pub struct Memory {
     /// Resident file-backed pages: the binary's own code and the mapped compiled plugins,
     /// shared with every other process mapping the same files.
     pub file: f64,
+}
+
+/// User plus system CPU seconds process `pid` and its exited children used so far.
+pub fn cpu_seconds_of(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("/proc/PID/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime, stime, cutime and cstime are fields 14-17 of stat(5), 12-15 after the name:
+    // the host and its compile workers (children that have exited).
+    let ticks: f64 = fields
+        .get(11..15)
+        .context("/proc/PID/stat is short")?
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0))
+        .sum();
+    Ok(ticks / clock_ticks())
 }

@@ -59,9 +59,12 @@ fn markdown(results: &Results, day: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | host CPU s | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
+        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for run in &results.runs {
         let bare = results
             .runs
@@ -77,13 +80,15 @@ fn markdown(results: &Results, day: &str) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} + {} | {} | {:.1} | {:.1} | {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} + {} | {} | {:.1} | {:.1} | {} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             run.hello,
             run.kvstore,
             run.variant,
             run.converge_s,
             run.ready_s,
             ratio,
+            opt(run.converge_host_cpu_s, 1),
+            opt(run.control_plane_cpu_s, 1),
             opt(run.host_cpu_s, 1),
             opt(run.rss_mib, 0),
             opt(run.rss_peak_mib, 0),

@@ -104,6 +104,11 @@ pub struct Run {
     pub ready_s: f64,
     /// The host's CPU seconds over the converge, until Ready (bare: none measured).
     pub host_cpu_s: Option<f64>,
+    /// The host's CPU seconds until converged.
+    pub converge_host_cpu_s: Option<f64>,
+    /// CPU seconds kube-apiserver and etcd used until converged: the two cores are shared,
+    /// and this is where a converge's time goes when the host is not busy.
+    pub control_plane_cpu_s: Option<f64>,
     /// The host's resident memory once Ready, MiB.
     pub rss_mib: Option<f64>,
     /// The host's peak resident memory until then, MiB.
@@ -197,6 +202,20 @@ fn var(name: &str) -> anyhow::Result<String> {
 }
 
 impl Env {
+    /// CPU seconds kube-apiserver and etcd (as `deploy/local/cluster.sh` started them) have
+    /// used so far.
+    fn control_plane_cpu(&self) -> f64 {
+        ["kube-apiserver", "etcd"]
+            .iter()
+            .filter_map(|name| {
+                let pidfile = self.dir.join(format!("../pids/{name}.pid"));
+                let text = std::fs::read_to_string(pidfile).ok()?;
+                let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
+                crate::host::cpu_seconds_of(pid).ok()
+            })
+            .sum()
+    }
+
     async fn discover() -> anyhow::Result<Self> {
         let mut binaries = vec![(Variant::Wasm, PathBuf::from(var("WASMOP_BIN")?))];
         if let Ok(native) = std::env::var("WASMOP_NATIVE_BIN") {
@@ -462,6 +481,7 @@ async fn bare(env: &Env, args: &Args, n: usize, namespace: &str) -> anyhow::Resu
     create_namespace(&env.admin, namespace).await?;
     let client = env.client_as(Variant::Bare).await?;
     let timeout = Duration::from_secs(args.timeout_secs);
+    let control_plane0 = env.control_plane_cpu();
     let (start, wall) = (Instant::now(), SystemTime::now());
     let mut deployments = Tracker::watch(
         Api::<Deployment>::namespaced(env.admin.clone(), namespace),
@@ -484,6 +504,7 @@ async fn bare(env: &Env, args: &Args, n: usize, namespace: &str) -> anyhow::Resu
     )
     .await?;
     let converge = start.elapsed();
+    let control_plane_cpu_s = env.control_plane_cpu() - control_plane0;
     let ready = deployments
         .all(0, hello, timeout, "ready Deployments")
         .await?
@@ -504,6 +525,7 @@ async fn bare(env: &Env, args: &Args, n: usize, namespace: &str) -> anyhow::Resu
         planned_objects,
         converge_s: converge.as_secs_f64(),
         ready_s: ready.as_secs_f64(),
+        control_plane_cpu_s: Some(control_plane_cpu_s),
         object_writes_per_object: requests.object_writes() as f64 / planned_objects as f64,
         requests,
         list_s: Some(list_s),
@@ -571,6 +593,7 @@ async fn hosted(
 
     // Converge.
     let (cpu0, calls0) = (host.cpu_seconds()?, plugin_calls(&host).await?);
+    let (control_plane0, host_cpu0) = (env.control_plane_cpu(), host.cpu_seconds()?);
     let (start, wall) = (Instant::now(), SystemTime::now());
     let mut tracker = Tracker::watch(
         apps.clone(),
@@ -596,6 +619,8 @@ async fn hosted(
             "Apps reconciled at their generation",
         )
         .await?;
+    let control_plane_cpu_s = env.control_plane_cpu() - control_plane0;
+    let converge_host_cpu_s = host.cpu_seconds()? - host_cpu0;
     let ready = tracker.all(1, defs.len(), timeout, "Ready Apps").await?;
     let ready_wall = SystemTime::now();
     let cpu = host.cpu_seconds()? - cpu0;
@@ -725,6 +750,8 @@ async fn hosted(
         kvstore,
         planned_objects,
         converge_s: converge.as_secs_f64(),
+        control_plane_cpu_s: Some(control_plane_cpu_s),
+        converge_host_cpu_s: Some(converge_host_cpu_s),
         ready_s: ready.as_secs_f64(),
         host_cpu_s: Some(cpu),
         rss_mib: Some(memory.rss),
