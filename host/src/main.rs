@@ -18,7 +18,6 @@ fn main() -> ExitCode {
     if let Command::CompileWorker { memory_bytes } = cli.command {
         return wasmop_host::plugin::compiler::worker_main(memory_bytes);
     }
-    limit_malloc_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -33,30 +32,6 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
     code
 }
-
-/// glibc gives each thread that allocates under contention its own heap ("arena"), up to 8 per
-/// core, and an arena keeps what was freed in it. The host's allocations come from the runtime's
-/// workers and from the blocking threads that run plugin calls, so its heap ended up spread
-/// over many arenas, each holding freed memory of its own. One arena per core (at least two)
-/// trades some allocator contention for that memory. `MALLOC_ARENA_MAX`, if set, is left to
-/// glibc.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 64));
-    let cores = i32::try_from(cores).unwrap_or(2);
-    // SAFETY: mallopt sets one allocator parameter and reads no memory of ours; it is called
-    // before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, cores);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
 
 async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
