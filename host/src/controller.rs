@@ -121,7 +121,12 @@ pub async fn run(
     .backoff(WatchBackoff::default())
     .applied_objects()
     .predicate_filter(app_changed, Default::default());
-    let app_stream = after_sync(app_stream, synced_rx.clone());
+    let app_stream = {
+        let apps = apps.clone();
+        after_sync(app_stream, synced_rx.clone(), move || {
+            apps.state().iter().map(|app| Ok(App::clone(app))).collect()
+        })
+    };
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
@@ -130,8 +135,13 @@ pub async fn run(
     let object_changes = after_sync(
         crate::coalesce::coalesce(object_changes, settings.coalesce),
         synced_rx.clone(),
+        Vec::new,
     );
-    let swaps = after_sync(plugin_changes(runtime, apps.clone()), synced_rx.clone());
+    let swaps = after_sync(
+        plugin_changes(runtime, apps.clone()),
+        synced_rx.clone(),
+        Vec::new,
+    );
     // A source stays loaded while an App of this controller references it, however long that
     // App waits between reconciles. An App whose policy is not known yet counts as a user.
     {
@@ -155,6 +165,7 @@ pub async fn run(
     let policy_moves = after_sync(
         policy_changes(settings.policies.clone(), apps.clone()),
         synced_rx,
+        Vec::new,
     );
     // An App deleted (or moved out of reach) is no longer due: the stall check of /healthz
     // looks only at Apps the cache still holds.
@@ -183,8 +194,20 @@ pub async fn run(
         Box::pin(async move {
             let mut waits: Vec<(&str, BoxFuture<'static, ()>)> = vec![("apps", ready_of(apps))];
             waits.extend(stores.sync_waits());
-            for (what, wait) in waits {
-                wait.await;
+            let started = std::time::Instant::now();
+            for (what, mut wait) in waits {
+                // A cache that never syncs (a kind the host may not list) holds every App:
+                // say which, once a minute, rather than stay silently unready.
+                while tokio::time::timeout(std::time::Duration::from_secs(60), &mut wait)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        cache = what,
+                        waited_s = started.elapsed().as_secs(),
+                        "cache has not synced yet; no App is reconciled until it has (can the host list and watch it?)"
+                    );
+                }
                 tracing::debug!(cache = what, "cache synced");
             }
             tracing::info!("caches synced");
@@ -192,7 +215,9 @@ pub async fn run(
             ready();
         })
     };
-    tokio::spawn(sync);
+    // Aborted when the controller stops: a sync finishing after that (its writers dropped make
+    // the waits resolve) must not report the host ready.
+    let sync = tokio::spawn(sync);
 
     let reporter = Reporter {
         controller: "wasmop".into(),
@@ -222,55 +247,44 @@ pub async fn run(
         })
         .await;
     forget_deleted.abort();
+    sync.abort();
 }
 
-/// `input`'s items, held back until `synced` turns true and then let through in order. `input`
-/// is polled all along: behind it are the reflectors that fill the caches being waited for.
+/// `input`'s items from the moment `synced` turns true, led by what `on_open` gives then.
+/// Items before that are dropped, not held: an App's watch can change without bound while a
+/// cache never syncs (a kind the host may not list), and every App is reconciled when the gate
+/// opens anyway (`on_open` of the App stream names each once). `input` is polled all along:
+/// behind it are the reflectors that fill the caches being waited for.
 fn after_sync<S>(
     input: S,
     synced: tokio::sync::watch::Receiver<bool>,
+    on_open: impl FnOnce() -> Vec<S::Item> + Send + 'static,
 ) -> impl Stream<Item = S::Item> + Send
 where
-    S: Stream + Send,
-    S::Item: Send,
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
 {
-    struct Gate<S: Stream> {
-        input: std::pin::Pin<Box<S>>,
-        synced: tokio::sync::watch::Receiver<bool>,
-        held: std::collections::VecDeque<S::Item>,
-        open: bool,
-        ended: bool,
-    }
-    let gate = Gate {
-        input: Box::pin(input),
-        synced,
-        held: Default::default(),
-        open: false,
-        ended: false,
-    };
-    futures::stream::unfold(gate, |mut gate| async move {
+    let input = Box::pin(input);
+    let opened = futures::stream::once(async move {
+        let mut synced = synced;
+        let mut input = input;
+        let mut ended = false;
         loop {
-            if gate.open {
-                if let Some(item) = gate.held.pop_front() {
-                    return Some((item, gate));
-                }
-                if gate.ended {
-                    return None;
-                }
-                let item = gate.input.next().await?;
-                return Some((item, gate));
-            }
             tokio::select! {
-                // An error: the sync task is gone (the controller is stopping); holding on
-                // would only keep what is held from ever running.
-                _ = gate.synced.wait_for(|synced| *synced) => gate.open = true,
-                item = gate.input.next() => match item {
-                    Some(item) => gate.held.push_back(item),
-                    None => (gate.open, gate.ended) = (true, true),
-                },
+                // An error: the sync task is gone (the controller is stopping); what follows
+                // is then the input itself, which ends with it.
+                _ = synced.wait_for(|synced| *synced) => break,
+                item = input.next(), if !ended => ended = item.is_none(),
             }
         }
-    })
+        let rest = if ended {
+            futures::stream::empty().boxed()
+        } else {
+            input.boxed()
+        };
+        futures::stream::iter(on_open()).chain(rest)
+    });
+    opened.flatten()
 }
 
 /// What about an App calls for a reconcile: its spec (generation), others' finalizers and its
@@ -400,10 +414,11 @@ mod tests {
 
     use super::after_sync;
 
-    /// Triggers that arrive before the caches synced come out once they have, in order, and
-    /// the input is drained meanwhile (behind it, the reflectors fill the caches).
+    /// Triggers that arrive before the caches synced are dropped, and the input is drained
+    /// meanwhile (behind it, the reflectors fill the caches); the gate opens with what
+    /// `on_open` names (every App, for the App stream) and then lets everything through.
     #[tokio::test(start_paused = true)]
-    async fn triggers_wait_for_the_sync_and_none_is_lost() {
+    async fn triggers_before_the_sync_give_way_to_one_per_app_at_it() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (synced, synced_rx) = watch::channel(false);
         let read = Arc::new(AtomicUsize::new(0));
@@ -413,7 +428,7 @@ mod tests {
                 read.fetch_add(1, Ordering::SeqCst);
             }
         });
-        let mut out = Box::pin(after_sync(counted, synced_rx));
+        let mut out = Box::pin(after_sync(counted, synced_rx, || vec![10, 20]));
         for item in [1, 2, 3] {
             tx.send(item).expect("the gate holds the receiver");
         }
@@ -429,16 +444,23 @@ mod tests {
         tx.send(4).expect("the gate holds the receiver");
         drop(tx);
         let all: Vec<i32> = out.collect().await;
-        assert_eq!(all, [1, 2, 3, 4]);
+        assert_eq!(all, [10, 20, 4]);
     }
 
-    /// A gate whose sync task is gone (the controller stopping) lets what it holds through
-    /// rather than keeping it forever.
+    /// A gate whose sync task is gone (the controller stopping) opens rather than hold the
+    /// stream shut forever.
     #[tokio::test(start_paused = true)]
     async fn a_gate_without_a_sync_task_opens() {
+        let (tx, rx) = mpsc::unbounded_channel();
         let (synced, synced_rx) = watch::channel(false);
-        let out = after_sync(futures::stream::iter([1, 2]), synced_rx);
+        let mut out = Box::pin(after_sync(
+            UnboundedReceiverStream::new(rx),
+            synced_rx,
+            || vec![0],
+        ));
         drop(synced);
-        assert_eq!(out.collect::<Vec<_>>().await, [1, 2]);
+        assert_eq!(out.next().await, Some(0));
+        tx.send(1).expect("the gate holds the receiver");
+        assert_eq!(out.next().await, Some(1));
     }
 }

@@ -237,8 +237,13 @@ async fn drive_oci(
     loop {
         let changed = match client.resolve(&source, &oci).await {
             Ok(resolved) => {
-                registry.clear_fetch_error(&source);
-                (last_manifest.as_ref() != Some(&resolved.manifest)).then_some(resolved)
+                let changed = last_manifest.as_ref() != Some(&resolved.manifest);
+                // A new manifest is not an answer yet: its pull may fail as the last one did,
+                // and clearing here would restart the failure's grace at every poll.
+                if !changed {
+                    registry.clear_fetch_error(&source);
+                }
+                changed.then_some(resolved)
             }
             Err(error) => {
                 if registry.get(&source).current.is_none() {
@@ -251,6 +256,7 @@ async fn drive_oci(
         if changed.is_some() {
             match client.fetch(&source, &oci).await {
                 Ok((resolved, fetched)) => {
+                    registry.clear_fetch_error(&source);
                     let digest = fetched.digest.clone();
                     if offer(&registry, &source, fetched).await {
                         wait = poll;
