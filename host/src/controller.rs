@@ -271,6 +271,9 @@ where
         let mut ended = false;
         loop {
             tokio::select! {
+                // The sync first: an item that comes once the caches have synced is never
+                // taken for an early one.
+                biased;
                 // An error: the sync task is gone (the controller is stopping); what follows
                 // is then the input itself, which ends with it.
                 _ = synced.wait_for(|synced| *synced) => break,
