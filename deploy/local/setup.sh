@@ -3,7 +3,7 @@
 #
 #   deploy/local/setup.sh                 every part
 #   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, control-plane,
-#                                         cosign)
+#                                         cosign, interop)
 #
 # Parts:
 #   rust           the pinned toolchain's components and the wasm32-wasip2 target. rustup applies
@@ -16,6 +16,10 @@
 #                  built from the Go module proxy at the versions pinned in deploy/local/tools/.
 #   cosign         sigstore's cosign, which the signature tests sign plugins with, built the same
 #                  way (deploy/local/tools/cosign).
+#   interop        the clients the interop and packaging tests drive: oras and helm (v4) from the
+#                  Go module proxy (deploy/local/tools/{oras,helm}), the Bytecode Alliance's wkg
+#                  from crates.io, and Debian's apache2-utils (htpasswd, for the basic-auth
+#                  registry).
 #
 # Binaries and build caches live under $WASMOP_CACHE (default ~/.cache/wasmop), outside the
 # checkout, so fresh clones reuse them. Where they are is written to $STATE/tools.env (default
@@ -34,6 +38,7 @@ TOOLS_ROOT="${WASMOP_TOOLS_ROOT:-$WASMOP_CACHE/tools}"
 
 K8S_VERSION="v1.36.3"
 WASM_TOOLS_VERSION="1.262.0" # the wit-component/wasmparser generation (0.262) of wit-bindgen 0.63
+WKG_VERSION="0.16.1"
 WASM_TARGET=wasm32-wasip2
 
 say() { printf '[setup] %s\n' "$*" >&2; }
@@ -154,10 +159,31 @@ part_cosign() {
   build_module COSIGN_BIN cosign "-s -w" cosign=github.com/sigstore/cosign/v2/cmd/cosign
 }
 
+part_interop() {
+  build_module ORAS_BIN oras "-s -w" oras=oras.land/oras/cmd/oras
+  build_module HELM_BIN helm "-s -w" helm=helm.sh/helm/v4/cmd/helm
+  if ! command -v htpasswd >/dev/null; then
+    say "installing Debian's apache2-utils (htpasswd)"
+    logged apt-update apt-get update -qq ||
+      fail "interop: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
+    DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq apache2-utils ||
+      fail "interop: apt-get install apache2-utils" "install it by hand or fix apt's sources" "$LOGS/apt-install.log"
+  fi
+  local bin="$TOOLS_ROOT/bin/wkg"
+  if [[ "$("$bin" --version 2>/dev/null | awk '{print $2}')" != "$WKG_VERSION" ]]; then
+    say "building wkg $WKG_VERSION from crates.io into $TOOLS_ROOT (minutes cold; log $LOGS/wkg.log)"
+    logged wkg env -u CARGO_TARGET_DIR cargo install --locked --root "$TOOLS_ROOT" \
+      --target-dir "$TOOLS_ROOT/build-wkg" wkg --version "$WKG_VERSION" ||
+      fail "interop: cargo install wkg@$WKG_VERSION" "check that crates.io is reachable" "$LOGS/wkg.log"
+    rm -rf "$TOOLS_ROOT/build-wkg"
+  fi
+  WKG="$bin"
+}
+
 # ---------------------------------------------------------------------------------------------
 
 parts=("$@")
-((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign)
+((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign interop)
 t0=$SECONDS
 for part in "${parts[@]}"; do
   case "$part" in
@@ -166,7 +192,8 @@ for part in "${parts[@]}"; do
   wasm-tools) part_wasm_tools ;;
   control-plane) part_packages; part_control_plane ;;
   cosign) part_packages; part_cosign ;;
-  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign]..." >&2; exit 2 ;;
+  interop) part_packages; part_interop ;;
+  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign|interop]..." >&2; exit 2 ;;
   esac
 done
 
@@ -180,4 +207,7 @@ update K8S_BIN "${K8S_BIN:-}"
 update ETCD_BIN "${ETCD_BIN:-}"
 update KWOK_BIN "${KWOK_BIN:-}"
 update COSIGN_BIN "${COSIGN_BIN:-}"
+update ORAS_BIN "${ORAS_BIN:-}"
+update HELM_BIN "${HELM_BIN:-}"
+update WKG "${WKG:-}"
 ((SECONDS - t0 < 10)) || say "setup (${parts[*]}) done in $((SECONDS - t0))s"

@@ -93,9 +93,13 @@ pub enum PluginCommand {
         file: PathBuf,
         /// Where to push, e.g. `127.0.0.1:15000/plugins/kvstore:1.0`.
         reference: String,
-        /// Allow plain HTTP to this registry even if it is not on loopback.
-        #[arg(long)]
-        insecure: bool,
+        /// Where the plugin's code lives, written as the `org.opencontainers.image.source`
+        /// annotation.
+        #[arg(long, default_value = crate::plugin::source::oci::artifact::DEFAULT_SOURCE)]
+        source: String,
+        /// Plain HTTP and credentials.
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Pull a component from an OCI registry, verifying its digest.
     Pull {
@@ -104,10 +108,23 @@ pub enum PluginCommand {
         /// Where to write the component.
         #[arg(short, long)]
         output: PathBuf,
-        /// Allow plain HTTP to this registry even if it is not on loopback.
-        #[arg(long)]
-        insecure: bool,
+        /// Plain HTTP and credentials.
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
+}
+
+/// How `plugin push` and `plugin pull` reach a registry.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RegistryArgs {
+    /// Allow plain HTTP to this registry even if it is not on loopback.
+    #[arg(long)]
+    pub insecure: bool,
+    /// A docker `config.json` with the registry's credentials (`auths`). By default
+    /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`, where it exists, as docker,
+    /// oras and wkg read it.
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
 }
 
 /// The capabilities `wasmop plugin run` can run.

@@ -158,6 +158,38 @@ pub fn wasmop_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
+/// A binary `deploy/local/setup.sh PART` built: `name` in the directory (or, with an empty
+/// `name`, the file) that `var` names in the environment or in `target/local/tools.env`.
+pub fn tool(var: &str, name: &str, part: &str) -> anyhow::Result<PathBuf> {
+    let value = match std::env::var(var) {
+        Ok(value) => value,
+        Err(_) => {
+            let env = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/local/tools.env");
+            let text = std::fs::read_to_string(&env).with_context(|| {
+                format!(
+                    "reading {}: run deploy/local/setup.sh {part}",
+                    env.display()
+                )
+            })?;
+            let prefix = format!("export {var}=");
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .map(str::to_string)
+                .with_context(|| {
+                    format!(
+                        "no {var} in {}: run deploy/local/setup.sh {part}",
+                        env.display()
+                    )
+                })?
+        }
+    };
+    Ok(if name.is_empty() {
+        PathBuf::from(value)
+    } else {
+        Path::new(&value).join(name)
+    })
+}
+
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())

@@ -80,7 +80,7 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
     let mut registry = PrivateRegistry::start().await?;
     let reference = format!("{}/plugins/kvstore:1.0", registry.addr);
     let pusher = OciSource::new(None, vec![])?;
-    pusher.push(&reference, &v1).await?;
+    pusher.push_unchecked(&reference, &v1).await?;
     let cache = std::env::temp_dir().join(unique("wasmop-journey-cache"));
     let cache_arg = cache.display().to_string();
     // The install's cache key, as the Deployment mounts it: without one a restart recompiles,
@@ -121,7 +121,7 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
 
     // v2 to the same tag: live within the poll interval and a compile, objects follow, same
     // process.
-    pusher.push(&reference, &v2).await?;
+    pusher.push_unchecked(&reference, &v2).await?;
     let pushed = Instant::now();
     wait_app(&apps, "cache", "serving v2", POLL + COMPILE_BUDGET, |a| {
         digest_of(a) == Some(d2.clone())
@@ -144,7 +144,7 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
     assert!(host.running(), "the host must still run");
 
     // A broken v3: rejected, v2 stays, PluginReady says why.
-    pusher.push(&reference, &v3).await?;
+    pusher.push_unchecked(&reference, &v3).await?;
     let kept = wait_app(
         &apps,
         "cache",

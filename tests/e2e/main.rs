@@ -13,6 +13,7 @@ mod cluster;
 mod deploy;
 mod faults;
 mod host;
+mod interop;
 mod journey;
 mod plugin_sources;
 mod policy;

@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use anyhow::Context as _;
 use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
 use kube::{
     Api,
@@ -24,7 +25,7 @@ use wasmop_host::plugin::{
     watch::SourceWatcher,
 };
 
-use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for, wait_http_ok};
+use crate::harness::{Local, TestNamespace, component, free_port, unique, wait_for};
 
 const POLL: Duration = Duration::from_millis(500);
 
@@ -69,7 +70,7 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
         component("wrong-world.wasm")?,
     );
 
-    pusher.push(&reference, &hello).await?;
+    pusher.push_unchecked(&reference, &hello).await?;
     let (registry, watcher) = runtime(None, None)?;
     let source = SourceRef::Oci(OciRef::anonymous(reference.clone()));
     watcher.ensure(&source);
@@ -81,7 +82,7 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
     )
     .await?;
 
-    pusher.push(&reference, &kvstore).await?;
+    pusher.push_unchecked(&reference, &kvstore).await?;
     let swap = wait_for_digest(
         &registry,
         &source,
@@ -99,7 +100,7 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
         Some("kvstore")
     );
 
-    pusher.push(&reference, &broken).await?;
+    pusher.push_unchecked(&reference, &broken).await?;
     let error = wait_for(
         "the broken push to be rejected",
         Duration::from_secs(10),
@@ -226,17 +227,43 @@ impl PrivateRegistry {
 
     /// Starts a registry with its own storage on a free loopback port.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_configured(None).await
+    }
+
+    /// Starts one that asks for HTTP basic auth (`user`, `password`), as an htpasswd file
+    /// written by Debian's `htpasswd -B` gives the Debian registry.
+    pub async fn start_with_basic_auth(user: &str, password: &str) -> anyhow::Result<Self> {
+        Self::start_configured(Some((user, password))).await
+    }
+
+    async fn start_configured(basic_auth: Option<(&str, &str)>) -> anyhow::Result<Self> {
         let dir = TempDir(std::env::temp_dir().join(unique("wasmop-registry")));
         std::fs::create_dir_all(&dir.0)?;
         let addr = format!("127.0.0.1:{}", free_port()?);
+        let mut yaml = format!(
+            "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {addr}}}\n",
+            dir.0.join("data").display()
+        );
+        if let Some((user, password)) = basic_auth {
+            let htpasswd = dir.0.join("htpasswd");
+            let out = tokio::process::Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .await
+                .context("running htpasswd: run deploy/local/setup.sh interop")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "htpasswd: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(&htpasswd, &out.stdout)?;
+            yaml.push_str(&format!(
+                "auth: {{htpasswd: {{realm: wasmop-test, path: {}}}}}\n",
+                htpasswd.display()
+            ));
+        }
         let config = dir.0.join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {addr}}}\n",
-                dir.0.join("data").display()
-            ),
-        )?;
+        std::fs::write(&config, yaml)?;
         let child = tokio::process::Command::new("/usr/bin/docker-registry")
             .arg("serve")
             .arg(&config)
@@ -245,10 +272,18 @@ impl PrivateRegistry {
             .kill_on_drop(true)
             .spawn()?;
         let url = format!("http://{addr}/v2/");
-        wait_http_ok(
+        let http = reqwest::Client::new();
+        // With auth, an anonymous `/v2/` is a 401: serving all the same.
+        wait_for(
             "the private registry to serve",
-            &url,
             Duration::from_secs(20),
+            || async {
+                let status = http.get(&url).send().await?.status();
+                Ok(
+                    (status.is_success() || status == reqwest::StatusCode::UNAUTHORIZED)
+                        .then_some(()),
+                )
+            },
         )
         .await?;
         Ok(Self {
@@ -265,7 +300,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
     let reference = format!("{}/plugins/kvstore:1.0", private.addr);
     let kvstore = component("kvstore.wasm")?;
     OciSource::new(None, vec![])?
-        .push(&reference, &kvstore)
+        .push_unchecked(&reference, &kvstore)
         .await?;
     let cache_dir = TempDir(std::env::temp_dir().join(unique("wasmop-cache")));
     let source = SourceRef::Oci(OciRef::anonymous(reference.clone()));
@@ -339,7 +374,7 @@ async fn deletion_waits_for_the_plugin_across_a_restart() -> anyhow::Result<()> 
     let mut registry = PrivateRegistry::start().await?;
     let reference = format!("{}/plugins/kvstore:1.0", registry.addr);
     OciSource::new(None, vec![])?
-        .push(&reference, &component("kvstore.wasm")?)
+        .push_unchecked(&reference, &component("kvstore.wasm")?)
         .await?;
     let cache = TempDir(std::env::temp_dir().join(unique("wasmop-final-cache")));
     let key = std::env::temp_dir().join(unique("wasmop-final-key"));

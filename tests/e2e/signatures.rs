@@ -4,12 +4,8 @@
 //! version keeps serving; signing it with the right key lets the swap through; a ConfigMap
 //! source is refused under such a policy.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
-use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
@@ -24,38 +20,12 @@ use wasmop_host::{
 
 use crate::{
     apps::{Host, app, condition, wait_app},
-    harness::{Local, TestNamespace, component, plugin_configmap, unique},
+    harness::{Local, TestNamespace, component, plugin_configmap, tool, unique},
 };
-
-/// The cosign binary setup built, from `target/local/tools.env` (or `COSIGN_BIN`).
-fn cosign_binary() -> anyhow::Result<PathBuf> {
-    let dir = match std::env::var("COSIGN_BIN") {
-        Ok(dir) => dir,
-        Err(_) => {
-            let env = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/local/tools.env");
-            let text = std::fs::read_to_string(&env).with_context(|| {
-                format!(
-                    "reading {}: run deploy/local/setup.sh cosign",
-                    env.display()
-                )
-            })?;
-            text.lines()
-                .find_map(|l| l.strip_prefix("export COSIGN_BIN="))
-                .map(str::to_string)
-                .with_context(|| {
-                    format!(
-                        "no COSIGN_BIN in {}: run deploy/local/setup.sh cosign",
-                        env.display()
-                    )
-                })?
-        }
-    };
-    Ok(Path::new(&dir).join("cosign"))
-}
 
 /// Runs cosign in `dir` with an empty key password, failing with its output.
 async fn cosign(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let output = tokio::process::Command::new(cosign_binary()?)
+    let output = tokio::process::Command::new(tool("COSIGN_BIN", "cosign", "cosign")?)
         .args(args)
         .current_dir(dir)
         .env("COSIGN_PASSWORD", "")
@@ -127,10 +97,10 @@ async fn only_plugins_signed_with_the_policys_key_load_and_swap() -> anyhow::Res
     let pusher = OciSource::new(None, vec![])?;
     let repository = format!("{}/e2e/{}", local.registry, unique("signed"));
     let image = format!("{repository}:1");
-    let first = format!("{repository}@{}", pusher.push(&image, &v1).await?);
+    let first = format!("{repository}@{}", pusher.push_unchecked(&image, &v1).await?);
     sign(&keys, &release_key.to_string_lossy(), &first).await?;
     let unsigned = format!("{}/e2e/{}:1", local.registry, unique("unsigned"));
-    pusher.push(&unsigned, &v1).await?;
+    pusher.push_unchecked(&unsigned, &v1).await?;
     Api::<ConfigMap>::namespaced(client.clone(), &tenant.name)
         .create(
             &PostParams::default(),
@@ -176,7 +146,7 @@ async fn only_plugins_signed_with_the_policys_key_load_and_swap() -> anyhow::Res
     .await?;
 
     // An unsigned update: refused, the signed version keeps serving.
-    let second = format!("{repository}@{}", pusher.push(&image, &v2).await?);
+    let second = format!("{repository}@{}", pusher.push_unchecked(&image, &v2).await?);
     let kept = wait_app(&apps, "signed", "unsigned update refused", minute, |a| {
         condition(a, "PluginReady")
             .is_some_and(|c| c.1 == "LastGoodKept" && c.2.contains("is not signed"))

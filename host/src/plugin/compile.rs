@@ -92,6 +92,19 @@ pub fn verify_component(source_ref: &str, bytes: &[u8]) -> Result<(), LoadError>
 }
 
 impl CompiledPlugin {
+    /// The instances the component imports and exports, by name (`wasmop:plugin/log@0.1.0`,
+    /// `wasi:cli/environment@0.2.6`), each sorted: its world as the component declares it.
+    pub fn world(&self) -> (Vec<String>, Vec<String>) {
+        let component = self.pre.component();
+        let ty = component.component_type();
+        let engine = self.pre.engine();
+        let mut imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+        let mut exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        imports.sort();
+        exports.sort();
+        (imports, exports)
+    }
+
     /// Verifies, compiles (or loads from `cache`), links and validates one plugin version.
     pub fn prepare(
         engine: &PluginEngine,

@@ -55,13 +55,14 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
         PluginCommand::Push {
             file,
             reference,
-            insecure,
-        } => oci::push(&file, &reference, insecure).await,
+            source,
+            registry,
+        } => oci::push(&file, &reference, &source, &registry).await,
         PluginCommand::Pull {
             reference,
             output,
-            insecure,
-        } => oci::pull(&reference, &output, insecure).await,
+            registry,
+        } => oci::pull(&reference, &output, &registry).await,
     }
 }
 

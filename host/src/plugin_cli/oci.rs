@@ -1,19 +1,44 @@
 //! `plugin push` and `plugin pull`, and reading a plugin from a file or a registry.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
 use super::{blocking, prepare};
-use crate::plugin::source::{OciRef, SourceRef, oci::OciSource};
+use crate::{
+    cli::RegistryArgs,
+    plugin::source::{
+        OciRef, SourceRef,
+        oci::{
+            OciSource,
+            artifact::{Artifact, created_now},
+        },
+    },
+};
 
-/// Checks `file` as the host would load it, then pushes it to `reference`.
-pub(super) async fn push(file: &Path, reference: &str, insecure: bool) -> anyhow::Result<()> {
+/// Checks `file` as the host would load it, then pushes it to `reference` as a CNCF Wasm
+/// artifact whose config and annotations are read from the component.
+pub(super) async fn push(
+    file: &Path,
+    reference: &str,
+    source: &str,
+    registry: &RegistryArgs,
+) -> anyhow::Result<()> {
     let bytes = read(file)?;
     // Refuse to publish what the host would refuse to load.
-    let (label, checked) = (file.display().to_string(), bytes.clone());
-    blocking(move || prepare(&label, &checked).map(drop)).await?;
-    let digest = oci(reference, insecure)?.push(reference, &bytes).await?;
+    let (label, checked, source) = (
+        file.display().to_string(),
+        bytes.clone(),
+        source.to_string(),
+    );
+    let artifact = blocking(move || {
+        prepare(&label, &checked)
+            .map(|(_, plugin)| Artifact::describe(&plugin, &source, created_now()))
+    })
+    .await?;
+    let digest = oci(reference, registry)?
+        .push(reference, &bytes, &artifact)
+        .await?;
     let parsed: oci_client::Reference = reference.parse()?;
     println!(
         "{}/{}@{digest}",
@@ -24,10 +49,14 @@ pub(super) async fn push(file: &Path, reference: &str, insecure: bool) -> anyhow
 }
 
 /// Pulls `reference` (digest verified) into `output`.
-pub(super) async fn pull(reference: &str, output: &Path, insecure: bool) -> anyhow::Result<()> {
+pub(super) async fn pull(
+    reference: &str,
+    output: &Path,
+    registry: &RegistryArgs,
+) -> anyhow::Result<()> {
     let target = OciRef::with_host_credentials(reference.to_string());
     let source = SourceRef::Oci(target.clone());
-    let (_, fetched) = oci(reference, insecure)?.fetch(&source, &target).await?;
+    let (_, fetched) = oci(reference, registry)?.fetch(&source, &target).await?;
     std::fs::write(output, &fetched.bytes)
         .with_context(|| format!("writing {}", output.display()))?;
     println!(
@@ -39,16 +68,31 @@ pub(super) async fn pull(reference: &str, output: &Path, insecure: bool) -> anyh
     Ok(())
 }
 
-pub(super) fn oci(reference: &str, insecure: bool) -> anyhow::Result<OciSource> {
+/// A client for `reference`'s registry with the credentials `registry` names.
+pub(super) fn oci(reference: &str, registry: &RegistryArgs) -> anyhow::Result<OciSource> {
     let parsed: oci_client::Reference = reference
         .parse()
         .with_context(|| format!("invalid OCI reference {reference:?}"))?;
-    let insecure = if insecure {
+    let insecure = if registry.insecure {
         vec![parsed.resolve_registry().to_string()]
     } else {
         vec![]
     };
-    OciSource::new(None, insecure)
+    let config = registry
+        .registry_config
+        .clone()
+        .or_else(default_docker_config);
+    OciSource::new(config.as_deref(), insecure)
+}
+
+/// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`, if it exists: where docker,
+/// oras and wkg keep registry logins.
+fn default_docker_config() -> Option<PathBuf> {
+    let dir = match std::env::var_os("DOCKER_CONFIG") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".docker"),
+    };
+    Some(dir.join("config.json")).filter(|path| path.is_file())
 }
 
 pub(super) fn read(file: &Path) -> anyhow::Result<Vec<u8>> {
@@ -63,7 +107,7 @@ pub(super) async fn load_bytes(plugin: &str) -> anyhow::Result<Vec<u8>> {
     }
     let target = OciRef::with_host_credentials(plugin);
     let source = SourceRef::Oci(target.clone());
-    let (_, fetched) = oci(plugin, false)
+    let (_, fetched) = oci(plugin, &RegistryArgs::default())
         .with_context(|| format!("{plugin} is neither a file nor an OCI reference"))?
         .fetch(&source, &target)
         .await?;

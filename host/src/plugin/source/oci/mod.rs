@@ -14,6 +14,7 @@
 //! Reading goes through [`pull`], the host's own bounded client; pushing (a person's command)
 //! through `oci-client`.
 
+pub mod artifact;
 pub mod pull;
 pub mod verify;
 
@@ -25,6 +26,7 @@ use base64::Engine as _;
 use oci_client::{
     Client, Reference,
     client::{ClientConfig, ClientProtocol, Config, ImageLayer},
+    manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest},
     secrets::RegistryAuth,
 };
 
@@ -34,7 +36,7 @@ use self::{
 };
 use super::{Access, Fetched, OciRef, SourceRef, fetch_error};
 use crate::plugin::{
-    Digest, LoadError,
+    LoadError,
     limits::{DEFAULT_COMPONENT_BYTES, MAX_COMPONENT_BYTES},
 };
 
@@ -422,31 +424,52 @@ impl OciSource {
         verify::check(&oci.keys, manifest, &layers).map_err(refused)
     }
 
-    /// Pushes `component` to `reference` as a Wasm artifact and returns the manifest digest.
-    pub async fn push(&self, reference: &str, component: &[u8]) -> anyhow::Result<String> {
+    /// Pushes bytes that were not loaded (a broken component, in tests and the benchmark) with
+    /// [`artifact::Artifact::unchecked`]'s config.
+    pub async fn push_unchecked(
+        &self,
+        reference: &str,
+        component: &[u8],
+    ) -> anyhow::Result<String> {
+        self.push(
+            reference,
+            component,
+            &artifact::Artifact::unchecked(component),
+        )
+        .await
+    }
+
+    /// Pushes `component` to `reference` as a CNCF Wasm artifact described by `artifact` and
+    /// returns the manifest digest.
+    pub async fn push(
+        &self,
+        reference: &str,
+        component: &[u8],
+        artifact: &artifact::Artifact,
+    ) -> anyhow::Result<String> {
         let parsed: Reference = reference
             .parse()
             .map_err(|err| anyhow::anyhow!("invalid OCI reference {reference:?}: {err}"))?;
         let client = self.client(parsed.resolve_registry());
         let auth = self.push_auth(&parsed);
-        let layer_digest = Digest::of(component);
-        let config = serde_json::json!({
-            "architecture": "wasm",
-            "os": "wasip2",
-            "layerDigests": [layer_digest.as_str()],
-        });
         let layers = [ImageLayer::new(
             component.to_vec(),
             WASM_LAYER_MEDIA_TYPE.to_string(),
-            None,
+            artifact.layer_annotations(),
         )];
         let config = Config::new(
-            config.to_string().into_bytes(),
+            artifact.config_json(),
             WASM_CONFIG_MEDIA_TYPE.to_string(),
             None,
         );
+        let mut manifest =
+            OciImageManifest::build(&layers, &config, Some(artifact.annotations.clone()));
+        manifest.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_string());
+        // OCI image-spec 1.1: an artifact's type is its config's media type; saying so in
+        // `artifactType` lets registries and `oras discover` show it without reading the config.
+        manifest.artifact_type = Some(WASM_CONFIG_MEDIA_TYPE.to_string());
         client
-            .push(&parsed, &layers, config, &auth, None)
+            .push(&parsed, &layers, config, &auth, Some(manifest))
             .await
             .map_err(|err| anyhow::anyhow!("pushing {reference}: {err}"))?;
         let digest = client
