@@ -25,6 +25,9 @@
 # (616 memory.copy in kvstore fell to 9), and plan calls were 4% slower (plugin_bench --compare, 45.4 against 47.3 us). SIMD
 # stays off: with `+simd128` they were 2-3% slower (45.0 against 45.8 us, 45.4 against 46.7).
 #
+# Dependencies at opt-level "s", like the plugins themselves (the root Cargo.toml says why and
+# what it costs); set here because a profile cannot scope "*" to the plugins' builds.
+#
 # Stripping: the root Cargo.toml sets `strip = true` for release, but its
 # per-package overrides (opt-level) make Cargo fall back to
 # strip=debuginfo for exactly these packages, leaving a name section that is
@@ -40,6 +43,9 @@ deploy/local/setup.sh rust wasm-tools
 # shellcheck source=/dev/null
 source "${WASMOP_LOCAL_STATE:-$ROOT/target/local}/tools.env"
 FORBIDDEN_IMPORTS='^wasi:(filesystem|sockets|clocks|random|http)/'
+# Every plugin must be servable from a ConfigMap (spec.plugin.configMap), whose data is capped at
+# 1 MiB in all; this leaves room for the object's metadata.
+MAX_BYTES=1000000
 
 if [[ $# -gt 0 ]]; then
   plugins=("$@")
@@ -65,7 +71,8 @@ for name in "${plugins[@]}"; do
   # plugins: the scale benchmark), and cargo runs LTO only when every crate type allows it.
   cargo rustc --release --target "$TARGET" -p "$name" --crate-type cdylib \
     --config "profile.release.package.$name.strip=true" \
-    --config 'profile.release.lto="fat"' --config profile.release.codegen-units=1
+    --config 'profile.release.lto="fat"' --config profile.release.codegen-units=1 \
+    --config 'profile.release.package."*".opt-level="s"'
   wasm="$CARGO_TARGET_DIR/$TARGET/release/${name//-/_}.wasm"
 
   "$WASM_TOOLS" validate "$wasm"
@@ -82,7 +89,10 @@ for name in "${plugins[@]}"; do
   echo "exports: $(tr '\n' ' ' <<<"$exports")"
   echo "imports: $(tr '\n' ' ' <<<"$imports")"
 
-  if [[ "$exports" != "$expected" ]]; then
+  if (($(stat -c %s "$wasm") > MAX_BYTES)); then
+    echo "FAIL: $name is over $MAX_BYTES bytes: it would not fit a ConfigMap (1 MiB with its metadata)"
+    failed=1
+  elif [[ "$exports" != "$expected" ]]; then
     echo "FAIL: $name exports differ from $expected_file (< expected, > actual):"
     diff <(echo "$expected") <(echo "$exports") || true
     failed=1

@@ -41,6 +41,10 @@ if [[ "$only" == all ]]; then
   step "unit and runtime tests"
   cargo test --workspace --locked --exclude wasmop-e2e
 
+  step "the SDK as crates.io would get it: cargo package (with wasmop-core, which it depends on)"
+  # Verification builds each packaged crate on its own, so the vendored WIT (sdk/wit/) must do.
+  cargo package -q -p wasmop-core -p wasmop-sdk
+
   step "wasmop plugin new: the scaffold builds and passes its tests as generated"
   scaffold="$(mktemp -d)/my-plugin"
   cargo run -q --locked -p wasmop-host -- plugin new my-plugin --dir "$scaffold"
@@ -78,6 +82,10 @@ fi
 
 step "local cluster and registry"
 deploy/local/cluster.sh up
+
+step "the host's container image: deploy/local/image.sh (static musl build, OCI layout, pushed)"
+# The deploy test installs it with `kubectl apply -k deploy/local/` and runs the binary out of it.
+deploy/local/image.sh
 
 step "end-to-end tests"
 cargo build --locked -p wasmop-host

@@ -3,7 +3,7 @@
 #
 #   deploy/local/setup.sh                 every part
 #   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, control-plane,
-#                                         cosign, interop)
+#                                         cosign, interop, image)
 #
 # Parts:
 #   rust           the pinned toolchain's components and the wasm32-wasip2 target. rustup applies
@@ -20,6 +20,9 @@
 #                  Go module proxy (deploy/local/tools/{oras,helm}), the Bytecode Alliance's wkg
 #                  from crates.io, and Debian's apache2-utils (htpasswd, for the basic-auth
 #                  registry).
+#   image          what deploy/image/build.sh needs for the host's static binary and its image:
+#                  the x86_64-unknown-linux-musl target, Debian's musl-tools (musl-gcc, for the C
+#                  in aws-lc and mimalloc) and ca-certificates (the bundle the image carries).
 #
 # Binaries and build caches live under $WASMOP_CACHE (default ~/.cache/wasmop), outside the
 # checkout, so fresh clones reuse them. Where they are is written to $STATE/tools.env (default
@@ -40,6 +43,7 @@ K8S_VERSION="v1.36.3"
 WASM_TOOLS_VERSION="1.262.0" # the wit-component/wasmparser generation (0.262) of wit-bindgen 0.63
 WKG_VERSION="0.16.1"
 WASM_TARGET=wasm32-wasip2
+IMAGE_TARGET=x86_64-unknown-linux-musl
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 # fail STEP ADVICE [LOG]: one line saying what failed and what to do, then the log's last error.
@@ -159,6 +163,24 @@ part_cosign() {
   build_module COSIGN_BIN cosign "-s -w" cosign=github.com/sigstore/cosign/v2/cmd/cosign
 }
 
+part_image() {
+  local toolchain
+  toolchain="$(rustup show active-toolchain 2>/dev/null | cut -d' ' -f1)" ||
+    fail "image" "rustup cannot resolve the toolchain pinned in rust-toolchain.toml"
+  logged rustup-musl rustup target add --toolchain "$toolchain" "$IMAGE_TARGET" ||
+    fail "image: adding the $IMAGE_TARGET target to $toolchain" "check that rustup's dist server is reachable" "$LOGS/rustup-musl.log"
+  local missing=()
+  command -v musl-gcc >/dev/null || missing+=(musl-tools)
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+  if ((${#missing[@]})); then
+    say "installing Debian packages: ${missing[*]}"
+    logged apt-update apt-get update -qq ||
+      fail "image: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
+    DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq "${missing[@]}" ||
+      fail "image: apt-get install ${missing[*]}" "install them by hand or fix apt's sources" "$LOGS/apt-install.log"
+  fi
+}
+
 part_interop() {
   build_module ORAS_BIN oras "-s -w" oras=oras.land/oras/cmd/oras
   build_module HELM_BIN helm "-s -w" helm=helm.sh/helm/v4/cmd/helm
@@ -183,7 +205,7 @@ part_interop() {
 # ---------------------------------------------------------------------------------------------
 
 parts=("$@")
-((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign interop)
+((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign interop image)
 t0=$SECONDS
 for part in "${parts[@]}"; do
   case "$part" in
@@ -193,7 +215,8 @@ for part in "${parts[@]}"; do
   control-plane) part_packages; part_control_plane ;;
   cosign) part_packages; part_cosign ;;
   interop) part_packages; part_interop ;;
-  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign|interop]..." >&2; exit 2 ;;
+  image) part_image ;;
+  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign|interop|image]..." >&2; exit 2 ;;
   esac
 done
 

@@ -44,7 +44,8 @@ pub enum PluginCommand {
         /// Directory to create it in (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Path of the wasmop-sdk crate (default: the SDK this binary was built from).
+        /// A wasmop-sdk checkout to build against through `[patch.crates-io]` (default: the
+        /// SDK this binary was built from, where it still exists; else crates.io alone).
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -67,12 +68,20 @@ pub enum PluginCommand {
         /// A `.wasm` file or an OCI reference.
         plugin: String,
         /// The App, as YAML or JSON.
-        #[arg(long)]
-        app: PathBuf,
+        #[arg(long, required_unless_present = "live")]
+        app: Option<PathBuf>,
         /// Observed objects: a YAML/JSON file (a list, a `kind: List` or several documents) or a
         /// directory of such files.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "live")]
         observed: Option<PathBuf>,
+        /// Read the App `NAMESPACE/NAME` and its objects from the cluster of the current
+        /// kubeconfig instead of from files (the whole reconcile; nothing is written).
+        #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "app")]
+        live: Option<String>,
+        /// With --live: print what the reconcile would change in the cluster, object by object
+        /// and field by field (each planned object goes through a dry-run server-side apply).
+        #[arg(long, requires = "live")]
+        diff: bool,
         /// Which capability to run.
         #[arg(long, value_enum, default_value_t = RunCapability::Reconcile)]
         capability: RunCapability,

@@ -100,22 +100,25 @@ async fn ensure(client: &Client, crd: CustomResourceDefinition) -> Result<(), Cr
 mod tests {
     use super::*;
 
-    /// `deploy/crds/` is what `kubectl apply` installs; it must be what the host would apply.
+    /// `deploy/crds/` is what `kubectl apply` installs and `deploy/helm/wasmop/crds/` what
+    /// `helm install` does; both must be what the host would apply.
     #[test]
     fn checked_in_crds_match_the_code() {
         for crd in crds() {
             let name = crd.metadata.name.clone().expect("a named CRD");
-            let path = format!("{}/../deploy/crds/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
             let want = serde_yaml::to_string(&crd).expect("CRD serialises");
-            if std::env::var_os("WASMOP_BLESS").is_some() {
-                std::fs::write(&path, &want).expect("writing the CRD");
+            for dir in ["deploy/crds", "deploy/helm/wasmop/crds"] {
+                let path = format!("{}/../{dir}/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+                if std::env::var_os("WASMOP_BLESS").is_some() {
+                    std::fs::write(&path, &want).expect("writing the CRD");
+                }
+                let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+                assert!(
+                    checked_in == want,
+                    "{dir}/{name}.yaml is stale: regenerate it with \
+                     `WASMOP_BLESS=1 cargo test -p wasmop-host --lib crd_install`"
+                );
             }
-            let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(
-                checked_in == want,
-                "deploy/crds/{name}.yaml is stale: regenerate it with \
-                 `WASMOP_BLESS=1 cargo test -p wasmop-host --lib crd_install`"
-            );
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::runtime::{self, Exported};
 /// `import log; export metadata;`: in every plugin.
 pub mod base {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "wasmop:plugin/base",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -38,7 +38,7 @@ pub mod base {
 pub mod spec_diff {
     wit_bindgen::generate!({
         inline: "package wasmop:sdk; world spec-diff { export wasmop:plugin/spec-diff@0.1.0; }",
-        path: "../wit",
+        path: "wit",
         world: "wasmop:sdk/spec-diff",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -49,7 +49,7 @@ pub mod spec_diff {
 pub mod health {
     wit_bindgen::generate!({
         inline: "package wasmop:sdk; world health { export wasmop:plugin/health@0.1.0; }",
-        path: "../wit",
+        path: "wit",
         world: "wasmop:sdk/health",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -60,7 +60,7 @@ pub mod health {
 pub mod backup {
     wit_bindgen::generate!({
         inline: "package wasmop:sdk; world backup { export wasmop:plugin/backup@0.1.0; }",
-        path: "../wit",
+        path: "wit",
         world: "wasmop:sdk/backup",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -71,7 +71,7 @@ pub mod backup {
 pub mod upgrade {
     wit_bindgen::generate!({
         inline: "package wasmop:sdk; world upgrade { export wasmop:plugin/upgrade@0.1.0; }",
-        path: "../wit",
+        path: "wit",
         world: "wasmop:sdk/upgrade",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -82,7 +82,7 @@ pub mod upgrade {
 pub mod finalize {
     wit_bindgen::generate!({
         inline: "package wasmop:sdk; world finalize { export wasmop:plugin/finalize@0.1.0; }",
-        path: "../wit",
+        path: "wit",
         world: "wasmop:sdk/finalize",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -270,6 +270,44 @@ mod finalize_glue {
                     keep: refs(d.keep),
                 })
                 .map_err(to_wit_error!(w))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `sdk/wit/` is the crate's own copy of the contract in the workspace's `wit/`, so that
+    /// the published crate builds alone; they must not drift. (In a packaged crate `../wit` is
+    /// absent and there is nothing to compare.)
+    #[test]
+    fn the_vendored_wit_is_the_workspace_wit() {
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (theirs, ours) = (manifest.join("../wit"), manifest.join("wit"));
+        let Ok(entries) = std::fs::read_dir(&theirs) else {
+            return;
+        };
+        let mut names: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .filter(|n| n.to_string_lossy().ends_with(".wit"))
+            .collect();
+        names.sort();
+        let mut vendored: Vec<_> = std::fs::read_dir(&ours)
+            .expect("sdk/wit")
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .filter(|n| n.to_string_lossy().ends_with(".wit"))
+            .collect();
+        vendored.sort();
+        assert_eq!(
+            names, vendored,
+            "sdk/wit/ has other files than wit/: cp wit/*.wit sdk/wit/"
+        );
+        for name in names {
+            assert_eq!(
+                std::fs::read_to_string(theirs.join(&name)).expect("wit/ file"),
+                std::fs::read_to_string(ours.join(&name)).expect("sdk/wit/ file"),
+                "sdk/wit/{} differs from wit/: cp wit/*.wit sdk/wit/",
+                name.to_string_lossy()
+            );
         }
     }
 }

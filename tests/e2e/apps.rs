@@ -58,33 +58,63 @@ impl Host {
         // A caller that passes --cache-dir keeps its cache across Hosts (restart tests).
         let cache = (!extra.contains(&"--cache-dir"))
             .then(|| std::env::temp_dir().join(unique("wasmop-e2e-cache")));
+        let mut args: Vec<std::ffi::OsString> = [
+            "run",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--namespace",
+            namespace,
+            "--poll-interval",
+            "1s",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        if let Some(cache) = &cache {
+            args.extend(["--cache-dir".into(), cache.clone().into_os_string()]);
+        }
+        args.extend(extra.iter().map(Into::into));
+        let mut host = Self::spawn(
+            &crate::harness::wasmop_binary()?,
+            &args,
+            kubeconfig,
+            &[("POD_NAME", identity)],
+            identity,
+            port,
+        )
+        .await?;
+        host.cache = cache;
+        Ok(host)
+    }
+
+    /// Starts `binary` with exactly `args` (which must make it listen on 127.0.0.1:`port`),
+    /// the credentials of `kubeconfig` and `env`, logging to `/tmp/<identity>-host.log`, and
+    /// waits for `/readyz`.
+    pub async fn spawn(
+        binary: &std::path::Path,
+        args: &[std::ffi::OsString],
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+        identity: &str,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}-host.log")))?;
-        let child = tokio::process::Command::new(crate::harness::wasmop_binary()?)
-            .args([
-                "run",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--namespace",
-                namespace,
-                "--poll-interval",
-                "1s",
-            ])
-            .args(
-                cache
-                    .iter()
-                    .flat_map(|c| [std::ffi::OsStr::new("--cache-dir"), c.as_os_str()]),
-            )
-            .args(extra)
+        let child = tokio::process::Command::new(binary)
+            .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", identity)
             .env("RUST_LOG", "info,wasmop_host=debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
             .spawn()?;
         let url = format!("http://127.0.0.1:{port}/readyz");
         wait_http_ok("the host to be ready", &url, Duration::from_secs(60)).await?;
-        Ok(Self { child, cache, port })
+        Ok(Self {
+            child,
+            cache: None,
+            port,
+        })
     }
 }
 

@@ -257,3 +257,104 @@ fn run_holds_plans_to_the_policy_given() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `plugin run --live --diff` against an App the host reconciled: the same build changes no
+/// object, a build that plans differently names the object and the field, and nothing is
+/// written either way.
+#[tokio::test]
+async fn run_live_diff_shows_what_a_build_would_change_and_writes_nothing() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::{
+        Api,
+        api::{ListParams, PostParams},
+    };
+    use serde_json::json;
+    use std::time::Duration;
+
+    use crate::apps::{Host, app, push_kvstore, ready_at, wait_app};
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = crate::harness::TestNamespace::create(&client, "e2e-diff").await?;
+    let image = push_kvstore(&local).await?;
+    let host = Host::start(&local, &ns.name).await?;
+    let apps: Api<wasmop_host::app::App> = Api::namespaced(client.clone(), &ns.name);
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "cache",
+            json!({"image": image}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "cache",
+        "Ready",
+        Duration::from_secs(90),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+    host.terminate().await?;
+
+    let labelled = ListParams::default().labels("wasmop.dev/app=cache");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let versions = || async {
+        let list = cms.list(&labelled).await?;
+        anyhow::Ok(
+            list.items
+                .iter()
+                .map(|c| c.metadata.resource_version.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let before = versions().await?;
+    let target = format!("{}/cache", ns.name);
+    let diff = |file: String| {
+        let (target, kubeconfig) = (target.clone(), local.kubeconfig.clone());
+        move || -> anyhow::Result<String> {
+            let out = Command::new(wasmop_binary()?)
+                .args(["plugin", "run", &file, "--live", &target, "--diff"])
+                .env("KUBECONFIG", kubeconfig)
+                .output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "plugin run --diff: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let same = tokio::task::spawn_blocking(diff(wasm("kvstore.wasm")?)).await??;
+    println!("diff with the same build:\n{same}");
+    assert!(same.contains("already as planned"), "{same}");
+    assert!(same.contains("= App status"), "{same}");
+    assert!(
+        !same
+            .lines()
+            .any(|l| l.starts_with("~ ") || l.starts_with("+ ")),
+        "the same build changes something:\n{same}"
+    );
+    let other = tokio::task::spawn_blocking(diff(wasm("kvstore-v2.wasm")?)).await??;
+    println!("diff with kvstore v2:\n{other}");
+    assert!(
+        other.contains("~ v1/ConfigMap cache-config"),
+        "v2's ConfigMap change is not shown:\n{other}"
+    );
+    assert!(
+        other.contains("metadata.annotations.kvstore.wasmop.dev/build: \"dev\" -> \"v2\""),
+        "the changed field is not named:\n{other}"
+    );
+    assert!(
+        other.contains("status.plugin.digest"),
+        "the new digest is not shown:\n{other}"
+    );
+    assert_eq!(
+        versions().await?,
+        before,
+        "a --diff run wrote to the cluster"
+    );
+    ns.delete().await
+}

@@ -1,7 +1,16 @@
-//! `deploy/` installs on the real cluster, and its RBAC is enough: the host, running with the
-//! ServiceAccount's permissions only (impersonated), reconciles an App to Ready.
+//! `deploy/` installs on the real cluster with the image `deploy/local/image.sh` built and
+//! pushed, and its RBAC is enough: the binary out of that image, run with the Deployment's
+//! arguments and a token of its ServiceAccount, reconciles an App to Ready.
 
-use std::{process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use serde_json::Value;
+use sha2::Digest as _;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Api, api::PostParams};
@@ -10,7 +19,7 @@ use wasmop_host::app::App;
 
 use crate::{
     apps::{Host, app, create_one_replica_app, push_kvstore, ready_at, wait_app},
-    harness::{Local, TestNamespace, unique, wait_for},
+    harness::{Local, TestNamespace, free_port, unique, wait_for},
 };
 
 /// A copy of the local kubeconfig that acts as `account` (`--as`), so that a host started with it
@@ -41,17 +50,143 @@ fn kubectl(local: &Local) -> anyhow::Result<Command> {
     Ok(command)
 }
 
+/// The image deploy/local/image.sh pushed and deploy/local/kustomization.yaml installs.
+const IMAGE_REPOSITORY: &str = "wasmop/wasmop";
+
+/// A kubeconfig that authenticates with a token the API server issued for the ServiceAccount
+/// `namespace/account` (TokenRequest), as a Pod's projected token does.
+fn token_kubeconfig(local: &Local, namespace: &str, account: &str) -> anyhow::Result<PathBuf> {
+    let out = kubectl(local)?
+        .args(["-n", namespace, "create", "token", account, "--duration=1h"])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl create token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout)?.trim().to_string();
+    let text = std::fs::read_to_string(&local.kubeconfig)?;
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(str::trim))
+            .map(str::to_string)
+            .with_context(|| format!("no {key} in the local kubeconfig"))
+    };
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    \
+         certificate-authority: {}\nusers:\n- name: {account}\n  user:\n    token: {token}\n\
+         contexts:\n- name: sa\n  context: {{cluster: local, user: {account}}}\ncurrent-context: sa\n",
+        line("server:")?,
+        line("certificate-authority:")?,
+    );
+    let path = std::env::temp_dir().join(unique("wasmop-token-kubeconfig"));
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// The host's binary out of the image in the local registry: the manifest and config are
+/// checked as a runtime reads them, the layer's digest verified, and the binary extracted.
+async fn binary_from_image(local: &Local, reference: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let tag = reference.rsplit(':').next().unwrap_or("latest");
+    let base = format!("http://{}/v2/{IMAGE_REPOSITORY}", local.registry);
+    let http = reqwest::Client::new();
+    let manifest: Value = http
+        .get(format!("{base}/manifests/{tag}"))
+        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .await?
+        .error_for_status()
+        .with_context(|| format!("{reference}: run deploy/local/image.sh"))?
+        .json()
+        .await?;
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    let blob = |descriptor: &Value| {
+        let url = format!(
+            "{base}/blobs/{}",
+            descriptor["digest"].as_str().unwrap_or_default()
+        );
+        let (http, want) = (http.clone(), descriptor["digest"].clone());
+        async move {
+            let bytes = http
+                .get(url)
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?;
+            let digest = format!("sha256:{:x}", sha2::Sha256::digest(&bytes));
+            anyhow::ensure!(want == digest.as_str(), "blob {want} has digest {digest}");
+            anyhow::Ok(bytes)
+        }
+    };
+    let config: Value = serde_json::from_slice(&blob(&manifest["config"]).await?)?;
+    assert_eq!(config["os"], "linux");
+    assert_eq!(config["architecture"], "amd64");
+    assert_eq!(config["config"]["User"], "65532:65532", "runs as nonroot");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        json!(["/usr/local/bin/wasmop"])
+    );
+    let labels = &config["config"]["Labels"];
+    for key in ["source", "version", "revision"] {
+        let label = labels[format!("org.opencontainers.image.{key}")].as_str();
+        assert!(
+            label.is_some_and(|l| !l.is_empty()),
+            "label {key} in {labels}"
+        );
+    }
+    let [layer] = manifest["layers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    else {
+        anyhow::bail!("the image has other than one layer: {manifest}");
+    };
+    assert_eq!(
+        layer["mediaType"],
+        "application/vnd.oci.image.layer.v1.tar+gzip"
+    );
+    println!(
+        "image {reference}: layer {} bytes compressed",
+        layer["size"].as_u64().unwrap_or_default()
+    );
+    let tarball = dir.join("layer.tar.gz");
+    std::fs::write(&tarball, blob(layer).await?)?;
+    let out = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "usr/local/bin/wasmop",
+            "etc/passwd",
+            "etc/ssl/certs/ca-certificates.crt",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tar: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(dir.join("usr/local/bin/wasmop"))
+}
+
 #[tokio::test]
-async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<()> {
+async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rights()
+-> anyhow::Result<()> {
     let local = Local::discover()?;
     let client = local.client().await?;
-    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+    // deploy/ with the image from the local registry (deploy/local/kustomization.yaml).
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/local");
     let out = kubectl(&local)?
         .args(["apply", "--server-side", "--force-conflicts", "-k", deploy])
         .output()?;
     assert!(
         out.status.success(),
-        "kubectl apply -k deploy/: {}",
+        "kubectl apply -k deploy/local/: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 
@@ -209,16 +344,58 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
         "the host may get Secrets in a namespace that bound nothing"
     );
 
-    let image = push_kvstore(&local).await?;
-    let identity = unique("rbac-host");
-    let args = [
-        "--leader-elect",
-        "--lease-namespace",
-        "wasmop-system",
-        "--skip-crd-install",
-    ];
+    // The image's binary, run as the Deployment runs it: its exact arguments (the paths and
+    // the listen address moved to this machine, and --namespace added so that it reconciles
+    // only this test's namespace), a token of the ServiceAccount, the Pod's environment.
+    let reference = container.image.clone().unwrap_or_default();
+    assert_eq!(
+        reference,
+        format!(
+            "127.0.0.1:15000/{IMAGE_REPOSITORY}:{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "deploy/local/ installs the locally pushed image"
+    );
+    let dir = std::env::temp_dir().join(unique("wasmop-image"));
+    std::fs::create_dir_all(&dir)?;
+    let binary = binary_from_image(&local, &reference, &dir).await?;
+    let version = Command::new(&binary).arg("--version").output()?;
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")),
+        "the image's wasmop --version: {version}"
+    );
+    let port = free_port()?;
+    let key = dir.join("cache-key");
+    std::fs::write(&key, "0123456789abcdef".repeat(4))?;
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    for arg in container.args.iter().flatten() {
+        args.push(match arg.split_once('=') {
+            Some(("--listen", _)) => format!("--listen=127.0.0.1:{port}").into(),
+            Some(("--cache-dir", _)) => {
+                format!("--cache-dir={}", dir.join("cache").display()).into()
+            }
+            Some(("--cache-key-file", _)) => format!("--cache-key-file={}", key.display()).into(),
+            _ => arg.into(),
+        });
+    }
+    args.extend(["--namespace".into(), ns.name.clone().into()]);
+    let token = token_kubeconfig(&local, "wasmop-system", "wasmop")?;
+    let identity = unique("image-host");
     // The installed replicas are kwok Pods that never run, so they never hold the lease.
-    let host = Host::start_as(&kubeconfig, &ns.name, &args, &identity).await?;
+    let host = Host::spawn(
+        &binary,
+        &args,
+        &token,
+        &[
+            ("POD_NAME", identity.as_str()),
+            ("POD_NAMESPACE", "wasmop-system"),
+        ],
+        &identity,
+        port,
+    )
+    .await?;
+    let image = push_kvstore(&local).await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     let config = json!({"replicas": 1, "backup": {"schedule": "* * * * *", "retain": 1}, "retention": "Delete"});
     apps.create(
@@ -236,6 +413,8 @@ async fn the_kustomize_base_installs_and_its_rbac_suffices() -> anyhow::Result<(
     .await?;
     drop(host);
     let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_file(&token);
+    let _ = std::fs::remove_dir_all(&dir);
     ns.delete().await
 }
 

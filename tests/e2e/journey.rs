@@ -165,47 +165,52 @@ async fn push_swap_reject_and_restart_from_cache() -> anyhow::Result<()> {
         Some("v2")
     );
 
-    // The ConfigMap variant swaps within 2 s of the update (small plugins: a ConfigMap holds 1 MiB).
+    // The ConfigMap variant swaps within 2 s of the update, with kvstore itself: every plugin
+    // fits a ConfigMap's 1 MiB (plugins/build.sh refuses one that does not).
     let source_cm = |bytes: Vec<u8>| ConfigMap {
         metadata: kube::api::ObjectMeta {
-            name: Some("hello-plugin".into()),
+            name: Some("kvstore-plugin".into()),
             ..Default::default()
         },
         binary_data: Some(BTreeMap::from([("plugin.wasm".into(), ByteString(bytes))])),
         ..Default::default()
     };
-    let (hello, fault) = (component("hello.wasm")?, component("fault_plugin.wasm")?);
-    cms.create(&PostParams::default(), &source_cm(hello.clone()))
+    let (cm_v1, cm_v2) = (component("kvstore.wasm")?, component("kvstore-v2.wasm")?);
+    assert_ne!(
+        cm_v1, cm_v2,
+        "kvstore-v2.wasm must differ from kvstore.wasm"
+    );
+    cms.create(&PostParams::default(), &source_cm(cm_v1.clone()))
         .await?;
-    let from_cm = json!({"configMap": {"name": "hello-plugin", "key": "plugin.wasm"}});
+    let from_cm = json!({"configMap": {"name": "kvstore-plugin", "key": "plugin.wasm"}});
     apps.create(
         &PostParams::default(),
-        &app("greeter", from_cm, "1.0.0", json!({"message": "hi"}))?,
+        &app("from-cm", from_cm, "7.2.4", json!({"replicas": 1}))?,
     )
     .await?;
-    let hello_digest = Digest::of(&hello).to_string();
+    let cm_v1_digest = Digest::of(&cm_v1).to_string();
     wait_app(
         &apps,
-        "greeter",
-        "serving hello",
+        "from-cm",
+        "serving kvstore from the ConfigMap",
         Duration::from_secs(60),
-        |a| digest_of(a) == Some(hello_digest.clone()),
+        |a| digest_of(a) == Some(cm_v1_digest.clone()),
     )
     .await?;
     let updated = Instant::now();
     cms.patch(
-        "hello-plugin",
+        "kvstore-plugin",
         &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&source_cm(fault.clone())),
+        &Patch::Apply(&source_cm(cm_v2.clone())),
     )
     .await?;
-    let fault_digest = Digest::of(&fault).to_string();
+    let cm_v2_digest = Digest::of(&cm_v2).to_string();
     wait_app(
         &apps,
-        "greeter",
+        "from-cm",
         "serving the new ConfigMap version",
         Duration::from_secs(2),
-        |a| digest_of(a) == Some(fault_digest.clone()),
+        |a| digest_of(a) == Some(cm_v2_digest.clone()),
     )
     .await?;
     eprintln!(

@@ -12,6 +12,7 @@ mod cli;
 mod cluster;
 mod deploy;
 mod faults;
+mod helm;
 mod host;
 mod interop;
 mod journey;

@@ -14,12 +14,16 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 pub const MAX_MEMORY_BYTES: u64 = 256 << 20;
 /// A plan larger than this is a bug or an attack; the API server would refuse most of it anyway.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
-/// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level 3, is 1.5 MB):
+/// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level "s", is 0.9 MB):
 /// what a source may deliver unless the App's policy raises it (`maxComponentSize`).
 pub const DEFAULT_COMPONENT_BYTES: usize = 8 << 20;
 /// The most any policy may raise that to, and the most the host ever compiles: compile cost
 /// grows with size, and the compile worker's memory bounds it whatever the size.
 pub const MAX_COMPONENT_BYTES: usize = 32 << 20;
+/// The most a ConfigMap may hold, keys and values of `data` and `binaryData` together
+/// (Kubernetes' `ValidateConfigMap`: `totalSize > core.MaxSecretSize`, 1 MiB). A component served
+/// from a ConfigMap (`spec.plugin.configMap`) must fit, with its key.
+pub const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
 /// What a plugin may print to stdout/stderr per call before the rest is dropped.
 pub const MAX_STDIO_BYTES: usize = 64 << 10;
 /// What the canonical ABI counts against a transfer besides string bytes: a few dozen bytes of

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::{oci::read, prepare};
+use crate::plugin::limits::CONFIGMAP_MAX_BYTES;
 
 /// Builds the plugin crate at `path` for wasm32-wasip2 (release) and reports the component.
 pub(super) fn build(path: &Path) -> anyhow::Result<()> {
@@ -61,5 +62,13 @@ pub(super) fn build(path: &Path) -> anyhow::Result<()> {
     println!("size:         {} bytes", bytes.len());
     println!("digest:       {}", compiled.digest);
     println!("capabilities: {}", capabilities.join(", "));
+    if bytes.len() > CONFIGMAP_MAX_BYTES {
+        eprintln!(
+            "warning: {} is {} bytes, over a ConfigMap's {CONFIGMAP_MAX_BYTES}: serve it from an \
+             OCI registry (spec.plugin.image), or build it smaller (opt-level = \"s\", lto = true)",
+            wasm.display(),
+            bytes.len()
+        );
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! behaves the same in the host.
 
 mod build;
+mod diff;
 mod inspect;
 mod oci;
 mod reconcile;
@@ -33,6 +34,8 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             plugin,
             app,
             observed,
+            live,
+            diff,
             capability,
             now,
             policy,
@@ -41,6 +44,19 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let policy = match policy {
                 Some(path) => run::read_policy(&path)?,
                 None => guard::Policy::default(),
+            };
+            if let Some(target) = live {
+                let request = run::LiveRequest {
+                    target,
+                    diff,
+                    now,
+                    policy,
+                    json,
+                };
+                return run::run_live(&plugin, request).await;
+            }
+            let Some(app) = app else {
+                anyhow::bail!("plugin run needs --app FILE or --live NAMESPACE/NAME");
             };
             let request = run::RunRequest {
                 app,

@@ -31,6 +31,94 @@ pub(super) struct RunRequest {
     pub(super) json: bool,
 }
 
+/// What `wasmop plugin run --live` was asked to do.
+pub(super) struct LiveRequest {
+    /// `NAMESPACE/NAME` of the App.
+    pub(super) target: String,
+    /// Print the changes rather than the decision.
+    pub(super) diff: bool,
+    /// `--now`, RFC 3339.
+    pub(super) now: Option<String>,
+    pub(super) policy: guard::Policy,
+    pub(super) json: bool,
+}
+
+/// The whole reconcile of a live App: read from the cluster, decided by the plugin under the
+/// host's sandbox and guard, printed as the decision or (`--diff`) as what it would change.
+pub(super) async fn run_live(plugin: &str, request: LiveRequest) -> anyhow::Result<()> {
+    let bytes = load_bytes(plugin).await?;
+    let label = plugin.to_string();
+    let (engine, compiled) = blocking(move || prepare(&label, &bytes)).await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster of the current kubeconfig")?;
+    let kinds: Vec<String> = compiled
+        .metadata
+        .owns
+        .iter()
+        .chain(&compiled.metadata.observes)
+        .cloned()
+        .collect();
+    let live = super::diff::read_live(&client, &request.target, &kinds).await?;
+    let now_ms = now_millis(request.now.as_deref())?;
+    let limits = limits_of(&live.app);
+    // The source as the host names it in the App's status, so that a build that changes
+    // nothing shows no status change either.
+    let reference = live
+        .app
+        .pointer("/status/plugin/ref")
+        .and_then(Value::as_str)
+        .unwrap_or(plugin)
+        .to_string();
+    let (plugin, app, observed, policy) = (
+        reference,
+        live.app.clone(),
+        live.observed.clone(),
+        request.policy.clone(),
+    );
+    let decision = blocking(move || {
+        reconcile_once(ReconcileOnce {
+            plugin: &plugin,
+            engine: &engine,
+            compiled: &compiled,
+            app: &app,
+            observed: &observed,
+            now_ms,
+            limits,
+            policy: &policy,
+        })
+    })
+    .await
+    .with_context(|| format!("reconciling {}", request.target))?;
+    if request.diff {
+        print!("{}", super::diff::diff(&client, &live, &decision).await?);
+        return Ok(());
+    }
+    print_value(&decision, request.json)
+}
+
+/// `--now` in milliseconds since the epoch; now when absent.
+fn now_millis(now: Option<&str>) -> anyhow::Result<i64> {
+    Ok(match now {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .with_context(|| format!("--now {text:?} is not RFC 3339"))?
+            .timestamp_millis(),
+        None => chrono::Utc::now().timestamp_millis(),
+    })
+}
+
+/// The call limits the App asks for, clamped as the host clamps them.
+fn limits_of(app: &Value) -> CallLimits {
+    CallLimits::with_overrides(
+        app.pointer("/spec/limits/timeoutMs")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+        app.pointer("/spec/limits/memoryMib")
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u64::from(u32::MAX)) as u32),
+    )
+}
+
 pub(super) async fn run_capabilities(plugin: &str, request: RunRequest) -> anyhow::Result<()> {
     let bytes = load_bytes(plugin).await?;
     let label = plugin.to_string();
@@ -108,20 +196,8 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
         Some(path) => read_objects(path)?,
         None => Vec::new(),
     };
-    let now_ms = match now {
-        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
-            .with_context(|| format!("--now {text:?} is not RFC 3339"))?
-            .timestamp_millis(),
-        None => chrono::Utc::now().timestamp_millis(),
-    };
-    let limits = CallLimits::with_overrides(
-        app.pointer("/spec/limits/timeoutMs")
-            .and_then(Value::as_u64)
-            .map(|v| v.min(u64::from(u32::MAX)) as u32),
-        app.pointer("/spec/limits/memoryMib")
-            .and_then(Value::as_u64)
-            .map(|v| v.min(u64::from(u32::MAX)) as u32),
-    );
+    let now_ms = now_millis(now)?;
+    let limits = limits_of(&app);
     if which == RunCapability::Reconcile {
         let decision = reconcile_once(ReconcileOnce {
             plugin,

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
+/// The SDK version a new plugin depends on: the one released with this host.
+const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The template `plugin new` copies, with `hello`/`Hello` renamed.
 const TEMPLATE_LIB: &str = include_str!("../../../plugins/hello/src/lib.rs");
 
@@ -41,10 +44,26 @@ pub(super) fn scaffold(
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
-    let sdk = sdk.unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk")));
-    let sdk = sdk
-        .canonicalize()
-        .with_context(|| format!("the SDK at {} (pass --sdk)", sdk.display()))?;
+    // The crate depends on the SDK by version, as a published plugin does. Next to a checkout
+    // of wasmop (the SDK this binary was built from, or --sdk) a `[patch.crates-io]` points
+    // that version at the checkout, so the plugin builds against the SDK beside it.
+    let sdk = match sdk {
+        Some(path) => Some(
+            path.canonicalize()
+                .with_context(|| format!("the SDK at {} (--sdk)", path.display()))?,
+        ),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk"))
+            .canonicalize()
+            .ok(),
+    };
+    let patch = match &sdk {
+        Some(path) => format!(
+            "\n# The SDK of the wasmop checkout this was generated from; delete to use crates.io.\n\
+             [patch.crates-io]\nwasmop-sdk = {{ path = \"{}\" }}\n",
+            path.display()
+        ),
+        None => String::new(),
+    };
     std::fs::create_dir_all(dir.join("src"))
         .with_context(|| format!("creating {}", dir.display()))?;
     let ty = type_name(name);
@@ -67,7 +86,7 @@ crate-type = ["cdylib"]
 
 [dependencies]
 serde = {{ version = "1", features = ["derive"] }}
-wasmop-sdk = {{ path = "{sdk}" }}
+wasmop-sdk = "{sdk_version}"
 
 [dev-dependencies]
 serde_json = "1"
@@ -86,8 +105,9 @@ opt-level = 1
 
 # A plugin is its own workspace.
 [workspace]
-"#,
-        sdk = sdk.display()
+{patch}"#,
+        sdk_version = SDK_VERSION,
+        patch = patch
     );
     std::fs::write(dir.join("Cargo.toml"), cargo)?;
     std::fs::write(dir.join("src/lib.rs"), lib)?;

@@ -1,0 +1,242 @@
+//! The Helm chart (`deploy/helm/wasmop`): `helm lint` passes with the defaults and with every
+//! optional part switched on; with the defaults it renders the objects `kubectl kustomize deploy/`
+//! does (less the Namespace, which Helm leaves to `--create-namespace`), object by object; and
+//! what it renders, with the defaults and with a namespaced install, the real API server takes
+//! (`kubectl apply --dry-run=server`).
+
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    process::{Command, Stdio},
+};
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::harness::{Local, TestNamespace, tool};
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/helm/wasmop");
+const KUSTOMIZE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+
+fn helm(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(tool("HELM_BIN", "helm", "interop")?)
+        .args(args)
+        .output()
+        .context("running helm")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn kubectl(local: &Local, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    let env = std::fs::read_to_string(local.kubeconfig.with_file_name("env"))?;
+    let path = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export WASMOP_KUBECTL="))
+        .context("WASMOP_KUBECTL missing from the env file")?;
+    let mut child = Command::new(path)
+        .arg("--kubeconfig")
+        .arg(&local.kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .context("kubectl's stdin")?
+            .write_all(text.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The labels Helm's conventions add to what the chart renders.
+const HELM_LABELS: [&str; 4] = [
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+];
+
+/// Every object of a multi-document YAML text, keyed by `kind namespace/name`.
+fn objects(text: &str) -> anyhow::Result<BTreeMap<String, Value>> {
+    let mut objects = BTreeMap::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if value.is_null() {
+            continue;
+        }
+        let key = format!(
+            "{} {}/{}",
+            value["kind"].as_str().unwrap_or_default(),
+            value["metadata"]["namespace"].as_str().unwrap_or_default(),
+            value["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        anyhow::ensure!(objects.insert(key.clone(), value).is_none(), "{key} twice");
+    }
+    Ok(objects)
+}
+
+/// `labels` (an object's or a Pod template's) of the chart's object, made comparable with the
+/// kustomize one: Helm's own labels go, and the chart's `name`/`component` labels go where
+/// kustomize has none (its RBAC objects carry no labels at all).
+fn strip_helm_labels(chart: &mut Value, kustomize: &Value) {
+    let Some(labels) = chart.as_object_mut() else {
+        return;
+    };
+    for key in HELM_LABELS {
+        labels.remove(key);
+    }
+    if kustomize.is_null() {
+        labels.remove("app.kubernetes.io/name");
+        labels.remove("app.kubernetes.io/component");
+    }
+    if labels.is_empty() {
+        *chart = Value::Null;
+    }
+}
+
+/// Without null fields, and with whole floats as integers: the checked-in CRDs say `0.0`
+/// where kustomize prints `0`.
+fn normalise(value: &mut Value) {
+    if let Some(f) = value
+        .as_f64()
+        .filter(|f| f.fract() == 0.0 && value.is_f64())
+    {
+        *value = Value::from(f as i64);
+    }
+    if let Some(map) = value.as_object_mut() {
+        map.retain(|_, v| !v.is_null());
+        map.values_mut().for_each(normalise);
+    } else if let Some(list) = value.as_array_mut() {
+        list.iter_mut().for_each(normalise);
+    }
+}
+
+#[test]
+fn the_chart_lints_and_renders_what_kustomize_does() -> anyhow::Result<()> {
+    helm(&["lint", "--strict", CHART])?;
+    helm(&[
+        "lint",
+        "--strict",
+        CHART,
+        "--set",
+        "watchNamespaces={team-a,team-b}",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "pluginPolicy.create=true",
+        "--set",
+        "registryCredentials.secretName=regcred",
+        "--set",
+        "pollInterval=5s",
+        "--set",
+        "image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    ])?;
+
+    let local = Local::discover()?;
+    let chart = objects(&helm(&[
+        "template",
+        "wasmop",
+        CHART,
+        "--namespace",
+        "wasmop-system",
+        "--include-crds",
+    ])?)?;
+    let mut kustomize = objects(&kubectl(&local, &["kustomize", KUSTOMIZE], None)?)?;
+    kustomize.remove("Namespace /wasmop-system");
+    let chart_keys: Vec<_> = chart.keys().collect();
+    let kustomize_keys: Vec<_> = kustomize.keys().collect();
+    assert_eq!(
+        chart_keys, kustomize_keys,
+        "the chart renders other objects"
+    );
+    for (key, mut rendered) in chart {
+        let mut want = kustomize[&key].clone();
+        let labels = want["metadata"]["labels"].clone();
+        strip_helm_labels(&mut rendered["metadata"]["labels"], &labels);
+        let template = want["spec"]["template"]["metadata"]["labels"].clone();
+        if !template.is_null() {
+            strip_helm_labels(
+                &mut rendered["spec"]["template"]["metadata"]["labels"],
+                &template,
+            );
+        }
+        normalise(&mut rendered);
+        normalise(&mut want);
+        assert_eq!(
+            rendered, want,
+            "{key}: the chart (left) and kustomize (right) differ"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_api_server_takes_what_the_chart_renders() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let watched = TestNamespace::create(&client, "e2e-helm").await?;
+    let default = helm(&["template", "wasmop", CHART, "--namespace", "default"])?;
+    let namespaced = helm(&[
+        "template",
+        "wasmop",
+        CHART,
+        "--namespace",
+        "default",
+        "--set",
+        &format!("watchNamespaces={{{}}}", watched.name),
+        "--set",
+        "registryCredentials.secretName=regcred",
+        "--set",
+        "pollInterval=5s",
+        "--set",
+        "replicas=3",
+    ])?;
+    for (what, rendered) in [("defaults", &default), ("namespaced", &namespaced)] {
+        let out = kubectl(
+            &local,
+            &[
+                "apply",
+                "--dry-run=server",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                "-",
+            ],
+            Some(rendered),
+        )
+        .with_context(|| format!("the chart with {what}"))?;
+        assert!(out.contains("deployment.apps/wasmop"), "{what}: {out}");
+    }
+    let objects = objects(&namespaced)?;
+    let rolebinding = format!("RoleBinding {}/wasmop", watched.name);
+    assert!(objects.contains_key(&rolebinding), "no {rolebinding}");
+    assert!(!objects.contains_key("ClusterRoleBinding /wasmop"));
+    let args =
+        objects["Deployment default/wasmop"]["spec"]["template"]["spec"]["containers"][0]["args"]
+            .to_string();
+    for arg in [
+        format!("--namespace={}", watched.name),
+        "--registry-config=/etc/wasmop/registry/.dockerconfigjson".into(),
+        "--poll-interval=5s".into(),
+    ] {
+        assert!(args.contains(&arg), "{arg} not in {args}");
+    }
+    watched.delete().await
+}
