@@ -6,8 +6,10 @@
 #   deploy/image/build.sh [OUT]     OUT defaults to target/image/oci; prints the manifest digest,
 #                                   the sizes and the build time
 #
-# Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the commit time of HEAD), so the
-# same commit gives the same digests. deploy/local/image.sh pushes the result to the local
+# Reproducible for the same binary and CA bundle: every timestamp is SOURCE_DATE_EPOCH (default:
+# the commit time of HEAD) and every owner fixed. The CA bundle is the build machine's (Debian's
+# ca-certificates), and the binary is reproducible only on a machine with the same paths and
+# toolchain, so two machines may differ. deploy/local/image.sh pushes the result to the local
 # registry.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -30,7 +32,9 @@ CC_x86_64_unknown_linux_musl=musl-gcc cargo build --locked --release --target "$
   -p wasmop-host --bin wasmop
 binary="$CARGO_TARGET_DIR/$TARGET/release/wasmop"
 # A static binary has no program interpreter; anything else would not start on an empty base.
-if readelf -l "$binary" | grep -q 'Requesting program interpreter'; then
+# (Read first: in a pipeline, a failing readelf would pass the check.)
+headers="$(readelf -l "$binary")"
+if grep -q 'Requesting program interpreter' <<<"$headers"; then
   echo "error: $binary is dynamically linked" >&2
   exit 1
 fi

@@ -9,7 +9,7 @@ One gzip layer, in the shape of distroless/static: the static binary at /usr/loc
 Debian ca-certificates (registries over TLS), /tmp, and nonroot's home. The config runs as
 65532:65532 and carries the org.opencontainers.image labels; the manifest carries them as
 annotations. Every timestamp is --created (SOURCE_DATE_EPOCH) and every owner fixed, so the same
-binary gives the same digests.
+binary and CA bundle give the same digests.
 
 Written with Python's standard library rather than umoci or skopeo: an image of one layer needs
 nothing more, and the bytes are then ours to pin.
@@ -42,7 +42,7 @@ def blob(out, data, media_type, annotations=None):
 
 
 def layer(binary, created):
-    """The root filesystem as an uncompressed tar, entries sorted and owners fixed."""
+    """The root filesystem as an uncompressed tar, entries in a fixed order and owners fixed."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
 

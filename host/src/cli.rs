@@ -82,14 +82,15 @@ pub enum PluginCommand {
         /// and field by field (each planned object goes through a dry-run server-side apply).
         #[arg(long, requires = "live")]
         diff: bool,
-        /// Which capability to run.
-        #[arg(long, value_enum, default_value_t = RunCapability::Reconcile)]
+        /// Which capability to run (with --live, always the whole reconcile).
+        #[arg(long, value_enum, default_value_t = RunCapability::Reconcile, conflicts_with = "live")]
         capability: RunCapability,
         /// The clock the plugin sees (RFC 3339); default: now.
         #[arg(long)]
         now: Option<String>,
-        /// Hold plans to this PluginPolicy (a YAML/JSON manifest) instead of the built-in
-        /// default, as if it governed the App's namespace.
+        /// Hold plans to this PluginPolicy (a YAML/JSON manifest), as if it governed the App's
+        /// namespace; without it, the built-in default (with --live: the policy that governs
+        /// the App's namespace in the cluster).
         #[arg(long)]
         policy: Option<PathBuf>,
         /// Print JSON instead of YAML.
@@ -102,10 +103,10 @@ pub enum PluginCommand {
         file: PathBuf,
         /// Where to push, e.g. `127.0.0.1:15000/plugins/kvstore:1.0`.
         reference: String,
-        /// Where the plugin's code lives, written as the `org.opencontainers.image.source`
-        /// annotation.
-        #[arg(long, default_value = crate::plugin::source::oci::artifact::DEFAULT_SOURCE)]
-        source: String,
+        /// Where the plugin's code lives (a URL), written as the
+        /// `org.opencontainers.image.source` annotation; without it there is none.
+        #[arg(long)]
+        source: Option<String>,
         /// Plain HTTP and credentials.
         #[command(flatten)]
         registry: RegistryArgs,

@@ -263,9 +263,12 @@ fn run_holds_plans_to_the_policy_given() -> anyhow::Result<()> {
 /// written either way.
 #[tokio::test]
 async fn run_live_diff_shows_what_a_build_would_change_and_writes_nothing() -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::{
+        apps::v1::StatefulSet,
+        core::v1::{ConfigMap, Service},
+    };
     use kube::{
-        Api,
+        Api, ResourceExt,
         api::{ListParams, PostParams},
     };
     use serde_json::json;
@@ -299,16 +302,30 @@ async fn run_live_diff_shows_what_a_build_would_change_and_writes_nothing() -> a
     .await?;
     host.terminate().await?;
 
+    // Every object of the App and the App itself: a write of any would move its
+    // resourceVersion.
     let labelled = ListParams::default().labels("wasmop.dev/app=cache");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
     let versions = || async {
-        let list = cms.list(&labelled).await?;
-        anyhow::Ok(
-            list.items
-                .iter()
-                .map(|c| c.metadata.resource_version.clone())
-                .collect::<Vec<_>>(),
-        )
+        let mut versions = Vec::new();
+        for cm in cms.list(&labelled).await? {
+            versions.push((cm.name_any(), cm.resource_version()));
+        }
+        for set in sets.list(&labelled).await? {
+            versions.push((set.name_any(), set.resource_version()));
+        }
+        for service in services.list(&labelled).await? {
+            versions.push((service.name_any(), service.resource_version()));
+        }
+        let app = apps.get("cache").await?;
+        versions.push((app.name_any(), app.resource_version()));
+        anyhow::ensure!(
+            versions.len() >= 4,
+            "the App's objects are missing: {versions:?}"
+        );
+        anyhow::Ok(versions)
     };
     let before = versions().await?;
     let target = format!("{}/cache", ns.name);

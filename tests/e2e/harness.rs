@@ -157,14 +157,17 @@ pub fn wasmop_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
 /// A binary `deploy/local/setup.sh PART` built: `name` in the directory (or, with an empty
 /// `name`, the file) that `var` names in the environment or in `target/local/tools.env`.
 pub fn tool(var: &str, name: &str, part: &str) -> anyhow::Result<PathBuf> {
     let value = match std::env::var(var) {
         Ok(value) => value,
         Err(_) => {
-            let env = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/local/tools.env");
+            // Where setup.sh wrote it: $WASMOP_LOCAL_STATE, as Local::discover reads it.
+            let state = std::env::var_os("WASMOP_LOCAL_STATE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/local"));
+            let env = state.join("tools.env");
             let text = std::fs::read_to_string(&env).with_context(|| {
                 format!(
                     "reading {}: run deploy/local/setup.sh {part}",
@@ -190,6 +193,7 @@ pub fn tool(var: &str, name: &str, part: &str) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())

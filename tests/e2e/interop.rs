@@ -26,6 +26,8 @@ use crate::{
 
 const USER: &str = "wasmop";
 const PASSWORD: &str = "s3cret-interop";
+/// What `wasmop plugin push --source` is given, for the annotation.
+const SOURCE: &str = "https://example.com/wasmop/kvstore";
 
 /// The three clients, as pushers and pullers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,12 +99,13 @@ fn command(setup: &Setup, client: Client) -> anyhow::Result<tokio::process::Comm
     Ok(command)
 }
 
-async fn push(setup: &Setup, pusher: Client, file: &Path) -> anyhow::Result<()> {
+/// Pushes `file` with `pusher`; returns what it printed.
+async fn push(setup: &Setup, pusher: Client, file: &Path) -> anyhow::Result<String> {
     let reference = setup.reference(pusher);
     let mut cmd = command(setup, pusher)?;
     match pusher {
         Client::Wasmop => cmd
-            .args(["plugin", "push", "--registry-config"])
+            .args(["plugin", "push", "--source", SOURCE, "--registry-config"])
             .arg(setup.mounted_secret())
             .arg(file)
             .arg(&reference),
@@ -124,8 +127,7 @@ async fn push(setup: &Setup, pusher: Client, file: &Path) -> anyhow::Result<()> 
                 file.file_name().context("a file name")?.to_string_lossy()
             )),
     };
-    run(&format!("{} push {reference}", pusher.name()), &mut cmd).await?;
-    Ok(())
+    run(&format!("{} push {reference}", pusher.name()), &mut cmd).await
 }
 
 /// Pulls `reference` with `puller` and returns the component's bytes.
@@ -212,6 +214,14 @@ async fn wasmop_wkg_and_oras_read_each_others_plugins_through_basic_auth() -> an
     for pusher in Client::ALL {
         push(&setup, pusher, &file).await?;
     }
+    // The same build pushed again is the same manifest (`created` is the file's time), so a
+    // signature made for it still holds.
+    let first = push(&setup, Client::Wasmop, &file).await?;
+    let again = push(&setup, Client::Wasmop, &file).await?;
+    assert_eq!(
+        first, again,
+        "a second push of the same file wrote another manifest"
+    );
 
     // What wasmop pushes is the CNCF Wasm OCI artifact, read from the component.
     let reference = setup.reference(Client::Wasmop);
@@ -228,7 +238,8 @@ async fn wasmop_wkg_and_oras_read_each_others_plugins_through_basic_auth() -> an
     assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
     let annotations = &manifest["annotations"];
     assert_eq!(annotations["org.opencontainers.image.title"], "kvstore");
-    for key in ["version", "description", "source", "created"] {
+    assert_eq!(annotations["org.opencontainers.image.source"], SOURCE);
+    for key in ["version", "description", "created"] {
         let value = annotations[format!("org.opencontainers.image.{key}")].as_str();
         assert!(
             value.is_some_and(|v| !v.is_empty()),

@@ -7,18 +7,25 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     api::{DynamicObject, ListParams, Patch, PatchParams},
-    core::GroupVersionKind,
-    discovery::{ApiResource, pinned_kind},
 };
 use serde_json::Value;
+use wasmop_core::ObjectKey;
 
-use crate::{app::App, crd_install::FIELD_MANAGER};
+use crate::{
+    app::App,
+    crd_install::FIELD_MANAGER,
+    kinds::TABLE,
+    policy::{PluginPolicy, Resolution, resolve},
+    reconcile::{execute::is_managed_by, guard},
+};
 
 /// The App `namespace/name` and the objects the host's caches would hold for it: those
-/// labelled with it, of the kinds the plugin owns or observes, and backup Jobs and claims.
+/// labelled with it, of the kinds the host watches (and the policy's `extraKinds`). Which of
+/// them the plugin is shown is decided as the host decides it, by its `owns` and `observes`.
 pub(super) struct Live {
     /// The App as the API server returns it.
     pub(super) app: Value,
@@ -36,11 +43,41 @@ pub(super) fn parse_target(target: &str) -> anyhow::Result<(&str, &str)> {
     }
 }
 
+/// The rules the host holds the namespace's plans to (the governing PluginPolicy, or the
+/// built-in default) and how rejections name them. The host's own namespace is unknown here,
+/// so it is not refused as the host refuses it.
+pub(super) async fn policy_of(
+    client: &Client,
+    namespace: &str,
+) -> anyhow::Result<(String, guard::Policy)> {
+    let policies = Api::<PluginPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing PluginPolicies (pass --policy FILE to use one instead)")?;
+    let labels = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .with_context(|| format!("reading namespace {namespace}"))?
+        .labels()
+        .clone();
+    match resolve(&policies.items, namespace, &labels, None) {
+        Resolution::Governed {
+            policy: Some(name),
+            rules,
+        } => Ok((format!("PluginPolicy {name}"), rules)),
+        Resolution::Governed {
+            policy: None,
+            rules,
+        } => Ok(("the built-in default".into(), rules)),
+        Resolution::Refused { reason } => bail!("{reason}"),
+    }
+}
+
 /// Reads the App and its objects from the cluster of the current kubeconfig.
 pub(super) async fn read_live(
     client: &Client,
     target: &str,
-    kinds: &[String],
+    policy: &guard::Policy,
 ) -> anyhow::Result<Live> {
     let (namespace, name) = parse_target(target)?;
     let app = Api::<App>::namespaced(client.clone(), namespace)
@@ -48,18 +85,30 @@ pub(super) async fn read_live(
         .await
         .with_context(|| format!("reading the App {namespace}/{name}"))?;
     let app = serde_json::to_value(app)?;
-    let mut kinds: BTreeSet<&str> = kinds.iter().map(String::as_str).collect();
-    kinds.extend(["batch/v1/Job", "v1/PersistentVolumeClaim"]);
     let labelled =
         ListParams::default().labels(&format!("{}={name}", wasmop_core::observed::APP_LABEL));
+    // The host's kinds only, never the plugin's say: a plugin declaring Secrets must not get
+    // this command to read them with the user's credentials.
+    let mut kinds: Vec<&guard::Kind> = TABLE.iter().map(|row| &row.kind).collect();
+    for extra in &policy.extra_kinds {
+        if !kinds
+            .iter()
+            .any(|k| k.is_kind_of(&extra.api_version(), &extra.kind))
+        {
+            kinds.push(extra);
+        }
+    }
     let mut observed = Vec::new();
     for kind in kinds {
-        let resource = resource(client, kind).await?;
+        let resource = kind.api_resource();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let list = api
-            .list(&labelled)
-            .await
-            .with_context(|| format!("listing {kind} in {namespace}"))?;
+        let list = api.list(&labelled).await.with_context(|| {
+            format!(
+                "listing {}/{} in {namespace}",
+                kind.api_version(),
+                kind.kind
+            )
+        })?;
         for mut object in list.items {
             // A list's items carry no type; the decision core reads it from the object.
             object.types = Some(kube::core::TypeMeta {
@@ -72,54 +121,87 @@ pub(super) async fn read_live(
     Ok(Live { app, observed })
 }
 
-/// `apps/v1/StatefulSet` (or `v1/Service`, as plugins name kinds) resolved by discovery.
-async fn resource(client: &Client, kind: &str) -> anyhow::Result<ApiResource> {
-    let (api_version, kind_name) = kind
-        .rsplit_once('/')
-        .with_context(|| format!("{kind:?} is not apiVersion/kind"))?;
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind_name);
-    let (resource, _) = pinned_kind(client, &gvk)
-        .await
-        .with_context(|| format!("the API server does not serve {kind}"))?;
-    Ok(resource)
-}
-
 /// What applying `decision` (as [`super::reconcile::reconcile_once`] prints it) would change in
 /// the App's namespace, one line per object and one per changed field, each field named by its
 /// path. Objects go through a dry-run server-side apply. Planned objects the host would not
 /// write (already as planned, by the digest it stamps on what it applies) are counted.
-pub(super) async fn diff(client: &Client, live: &Live, decision: &Value) -> anyhow::Result<String> {
-    let namespace = live
-        .app
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+pub(super) async fn diff(
+    client: &Client,
+    live: &Live,
+    policy: &guard::Policy,
+    decision: &Value,
+) -> anyhow::Result<String> {
+    let text = |pointer: &str| {
+        live.app
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (namespace, app_name, app_uid) = (
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        text("/metadata/uid"),
+    );
     let mut out = String::new();
     let dry_run = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    // Read everything first: the host refuses the whole plan if any planned object exists and
+    // is not the App's, and then applies nothing at all.
+    let mut reads = Vec::new();
     for planned in decision["apply"].as_array().into_iter().flatten() {
-        let kind = format!(
-            "{}/{}",
+        let (api_version, kind) = (
             planned["apiVersion"].as_str().unwrap_or_default(),
-            planned["kind"].as_str().unwrap_or_default()
+            planned["kind"].as_str().unwrap_or_default(),
         );
-        let name = planned
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let resource = resource(client, &kind).await?;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let key = ObjectKey {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            name: planned
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        };
+        // The decision passed the guard, so each kind is one the policy lets plans hold.
+        let resource = policy
+            .kind(api_version, kind)
+            .with_context(|| format!("{api_version}/{kind} is not a kind plans may hold"))?
+            .api_resource();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
         let current = api
-            .get_opt(name)
+            .get_opt(&key.name)
             .await
-            .with_context(|| format!("reading {kind} {name}"))?;
+            .with_context(|| format!("reading {}", printable(&key.to_string())))?;
+        reads.push((planned, key, api, current));
+    }
+    let foreign: Vec<&ObjectKey> = reads
+        .iter()
+        .filter(|(_, key, _, current)| {
+            current
+                .as_ref()
+                .is_some_and(|c| !is_managed_by(c, key, &app_uid, &app_name))
+        })
+        .map(|(_, key, _, _)| key)
+        .collect();
+    if !foreign.is_empty() {
+        for key in foreign {
+            out.push_str(&format!(
+                "! refused: {} exists and is not managed by this App\n",
+                printable(&key.to_string())
+            ));
+        }
+        out.push_str("! the host would refuse the whole plan and apply nothing (PlanRejected)\n");
+        return Ok(out);
+    }
+    for (planned, key, api, current) in reads {
+        let label = printable(&format!("{}/{} {}", key.api_version, key.kind, key.name));
         let applied = api
-            .patch(name, &dry_run, &Patch::Apply(planned))
+            .patch(&key.name, &dry_run, &Patch::Apply(planned))
             .await
-            .with_context(|| format!("dry-run apply of {kind} {name}"))?;
+            .with_context(|| format!("dry-run apply of {label}"))?;
         let applied = comparable(serde_json::to_value(applied)?);
         match current {
-            None => out.push_str(&format!("+ {kind} {name} (created)\n")),
+            None => out.push_str(&format!("+ {label} (created)\n")),
             Some(current) => {
                 let mut changes = Vec::new();
                 changed_fields(
@@ -129,9 +211,9 @@ pub(super) async fn diff(client: &Client, live: &Live, decision: &Value) -> anyh
                     &mut changes,
                 );
                 if changes.is_empty() {
-                    out.push_str(&format!("= {kind} {name}\n"));
+                    out.push_str(&format!("= {label}\n"));
                 } else {
-                    out.push_str(&format!("~ {kind} {name}\n"));
+                    out.push_str(&format!("~ {label}\n"));
                     for change in changes {
                         out.push_str(&format!("    {change}\n"));
                     }
@@ -146,27 +228,19 @@ pub(super) async fn diff(client: &Client, live: &Live, decision: &Value) -> anyh
             if in_place == 1 { "" } else { "s" }
         ));
     }
+    let key_text = |key: &Value| printable(key.as_str().unwrap_or_default());
     for key in decision["prune"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "- {} (pruned)\n",
-            key.as_str().unwrap_or_default()
-        ));
+        out.push_str(&format!("- {} (pruned)\n", key_text(key)));
     }
     if let Some(backup) = decision.get("backup").filter(|b| !b.is_null()) {
         out.push_str(&format!(
             "+ batch/v1/Job {} (backup for slot {})\n",
-            backup
-                .pointer("/job/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-            backup["slot"].as_str().unwrap_or_default()
+            key_text(backup.pointer("/job/metadata/name").unwrap_or(&Value::Null)),
+            key_text(&backup["slot"])
         ));
     }
     for key in decision["expire"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "- {} (backup expired)\n",
-            key.as_str().unwrap_or_default()
-        ));
+        out.push_str(&format!("- {} (backup expired)\n", key_text(key)));
     }
     let mut status = Vec::new();
     changed_fields(
@@ -184,14 +258,29 @@ pub(super) async fn diff(client: &Client, live: &Live, decision: &Value) -> anyh
         }
     }
     for event in decision["events"].as_array().into_iter().flatten() {
+        // Reasons and notes carry the plugin's words: printed quoted, escapes and all.
         out.push_str(&format!(
             "! Event {} {}: {}\n",
-            event["type"].as_str().unwrap_or_default(),
-            event["reason"].as_str().unwrap_or_default(),
-            event["note"].as_str().unwrap_or_default()
+            key_text(&event["type"]),
+            key_text(&event["reason"]),
+            short(&event["note"])
         ));
     }
     Ok(out)
+}
+
+/// `text` with control characters escaped, so that nothing a plugin wrote can move the
+/// terminal's cursor or hide a line of the report.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_unicode().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// An object without what every write changes by itself (resourceVersion, managedFields, the
@@ -218,8 +307,9 @@ fn comparable(mut object: Value) -> Value {
 /// between `before` and `after`.
 fn changed_fields(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
     let join = |key: &str| {
+        let key = printable(key);
         if path.is_empty() {
-            key.to_string()
+            key
         } else {
             format!("{path}.{key}")
         }
@@ -284,6 +374,11 @@ mod tests {
                 "spec.template.labels.b: + \"y\"",
             ]
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("ok\x1b[3A\n"), "ok\\u{1b}[3A\\u{a}");
     }
 
     #[test]

@@ -19,7 +19,6 @@ use serde_json::Value;
 use crate::{
     cli::PluginCommand,
     plugin::{Digest, compile::CompiledPlugin, engine::PluginEngine},
-    reconcile::guard,
 };
 
 /// Runs one `wasmop plugin` subcommand.
@@ -41,10 +40,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             policy,
             json,
         } => {
-            let policy = match policy {
-                Some(path) => run::read_policy(&path)?,
-                None => guard::Policy::default(),
-            };
+            let policy = policy.map(|path| run::read_policy(&path)).transpose()?;
             if let Some(target) = live {
                 let request = run::LiveRequest {
                     target,
@@ -63,7 +59,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 observed,
                 which: capability,
                 now,
-                policy,
+                policy: policy.unwrap_or_default(),
                 json,
             };
             run::run_capabilities(&plugin, request).await
@@ -73,7 +69,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             reference,
             source,
             registry,
-        } => oci::push(&file, &reference, &source, &registry).await,
+        } => oci::push(&file, &reference, source.as_deref(), &registry).await,
         PluginCommand::Pull {
             reference,
             output,

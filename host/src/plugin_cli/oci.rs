@@ -11,7 +11,7 @@ use crate::{
         OciRef, SourceRef,
         oci::{
             OciSource,
-            artifact::{Artifact, created_now},
+            artifact::{Artifact, created_for},
         },
     },
 };
@@ -21,19 +21,20 @@ use crate::{
 pub(super) async fn push(
     file: &Path,
     reference: &str,
-    source: &str,
+    source: Option<&str>,
     registry: &RegistryArgs,
 ) -> anyhow::Result<()> {
     let bytes = read(file)?;
+    let created = created_for(file);
     // Refuse to publish what the host would refuse to load.
     let (label, checked, source) = (
         file.display().to_string(),
         bytes.clone(),
-        source.to_string(),
+        source.map(str::to_string),
     );
     let artifact = blocking(move || {
         prepare(&label, &checked)
-            .map(|(_, plugin)| Artifact::describe(&plugin, &source, created_now()))
+            .map(|(_, plugin)| Artifact::describe(&plugin, source.as_deref(), created))
     })
     .await?;
     let digest = oci(reference, registry)?
@@ -78,11 +79,21 @@ pub(super) fn oci(reference: &str, registry: &RegistryArgs) -> anyhow::Result<Oc
     } else {
         vec![]
     };
-    let config = registry
-        .registry_config
-        .clone()
-        .or_else(default_docker_config);
-    OciSource::new(config.as_deref(), insecure)
+    if let Some(path) = &registry.registry_config {
+        return OciSource::new(Some(path), insecure);
+    }
+    // The default file is docker's own: one this reader cannot use costs a warning, not the
+    // command (an anonymous registry needs nothing from it).
+    if let Some(path) = default_docker_config() {
+        match OciSource::new(Some(&path), insecure.clone()) {
+            Ok(source) => return Ok(source),
+            Err(err) => eprintln!(
+                "warning: not using the credentials in {}: {err:#}",
+                path.display()
+            ),
+        }
+    }
+    OciSource::new(None, insecure)
 }
 
 /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`, if it exists: where docker,

@@ -21,6 +21,8 @@ pub(super) struct ReconcileOnce<'a> {
     pub(super) now_ms: i64,
     pub(super) limits: CallLimits,
     pub(super) policy: &'a guard::Policy,
+    /// How rejections name the policy (`PluginPolicy team-a`, `the built-in default`).
+    pub(super) policy_name: &'a str,
 }
 
 /// The host's decision for the App, as the host makes it ([`wasmop_core::decide`] with the
@@ -93,7 +95,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
     };
     let check = guard::AppCheck {
         policy: run.policy.clone(),
-        policy_name: "the given policy".into(),
+        policy_name: run.policy_name.to_string(),
         app: app_ref.name.clone(),
         namespace: app_ref.namespace.clone(),
         owns: metadata.owns.clone(),
@@ -138,6 +140,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
     };
     Ok(json!({
         "apply": decision.apply,
+        "adopt": keys(&decision.adopt),
         "inPlace": decision.in_place,
         "prune": keys(&decision.prune),
         "backup": decision.backup_start.as_ref().map(|(slot, job)| json!({"slot": slot, "job": job})),

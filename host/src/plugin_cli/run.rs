@@ -39,7 +39,8 @@ pub(super) struct LiveRequest {
     pub(super) diff: bool,
     /// `--now`, RFC 3339.
     pub(super) now: Option<String>,
-    pub(super) policy: guard::Policy,
+    /// `--policy`; without it, the policy that governs the App's namespace.
+    pub(super) policy: Option<guard::Policy>,
     pub(super) json: bool,
 }
 
@@ -52,14 +53,12 @@ pub(super) async fn run_live(plugin: &str, request: LiveRequest) -> anyhow::Resu
     let client = kube::Client::try_default()
         .await
         .context("connecting to the cluster of the current kubeconfig")?;
-    let kinds: Vec<String> = compiled
-        .metadata
-        .owns
-        .iter()
-        .chain(&compiled.metadata.observes)
-        .cloned()
-        .collect();
-    let live = super::diff::read_live(&client, &request.target, &kinds).await?;
+    let (namespace, _) = super::diff::parse_target(&request.target)?;
+    let (policy_name, policy) = match request.policy {
+        Some(policy) => ("the given policy".to_string(), policy),
+        None => super::diff::policy_of(&client, namespace).await?,
+    };
+    let live = super::diff::read_live(&client, &request.target, &policy).await?;
     let now_ms = now_millis(request.now.as_deref())?;
     let limits = limits_of(&live.app);
     // The source as the host names it in the App's status, so that a build that changes
@@ -70,11 +69,11 @@ pub(super) async fn run_live(plugin: &str, request: LiveRequest) -> anyhow::Resu
         .and_then(Value::as_str)
         .unwrap_or(plugin)
         .to_string();
-    let (plugin, app, observed, policy) = (
+    let (plugin, app, observed, rules) = (
         reference,
         live.app.clone(),
         live.observed.clone(),
-        request.policy.clone(),
+        policy.clone(),
     );
     let decision = blocking(move || {
         reconcile_once(ReconcileOnce {
@@ -85,13 +84,17 @@ pub(super) async fn run_live(plugin: &str, request: LiveRequest) -> anyhow::Resu
             observed: &observed,
             now_ms,
             limits,
-            policy: &policy,
+            policy: &rules,
+            policy_name: &policy_name,
         })
     })
     .await
     .with_context(|| format!("reconciling {}", request.target))?;
     if request.diff {
-        print!("{}", super::diff::diff(&client, &live, &decision).await?);
+        print!(
+            "{}",
+            super::diff::diff(&client, &live, &policy, &decision).await?
+        );
         return Ok(());
     }
     print_value(&decision, request.json)
@@ -208,6 +211,7 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
             now_ms,
             limits,
             policy,
+            policy_name: "the given policy",
         })?;
         return print_value(&decision, json_out);
     }

@@ -57,10 +57,11 @@ pub(super) fn scaffold(
             .ok(),
     };
     let patch = match &sdk {
+        // `{:?}` quotes and escapes the path as a TOML basic string does.
         Some(path) => format!(
             "\n# The SDK of the wasmop checkout this was generated from; delete to use crates.io.\n\
-             [patch.crates-io]\nwasmop-sdk = {{ path = \"{}\" }}\n",
-            path.display()
+             [patch.crates-io]\nwasmop-sdk = {{ path = {:?} }}\n",
+            path.display().to_string()
         ),
         None => String::new(),
     };

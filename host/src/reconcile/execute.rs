@@ -257,13 +257,7 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
     for (key, read) in reads {
         match read {
             Ok(None) => {}
-            Ok(Some(existing))
-                if existing
-                    .owner_references()
-                    .iter()
-                    .any(|o| o.uid == uid && o.controller == Some(true))
-                    || (key.kind == "PersistentVolumeClaim"
-                        && existing.labels().get(APP_LABEL) == Some(&app.name_any())) => {}
+            Ok(Some(existing)) if is_managed_by(&existing, key, &uid, &app.name_any()) => {}
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
                     "PlanRejected",
@@ -307,6 +301,19 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
         delete(w, key, "expiring backup").await?;
     }
     Ok(())
+}
+
+/// Whether `existing` (the object `key`) is the App's (uid `uid`, name `name`) to update:
+/// controlled by it (an owner reference with its uid), or, for a claim, which carries no owner
+/// reference because it outlives the App, labelled with it. A label alone proves nothing
+/// elsewhere: anyone in the namespace (or a plugin) can write one.
+pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, uid: &str, name: &str) -> bool {
+    existing
+        .owner_references()
+        .iter()
+        .any(|o| o.uid == uid && o.controller == Some(true))
+        || (key.kind == "PersistentVolumeClaim"
+            && existing.labels().get(APP_LABEL).map(String::as_str) == Some(name))
 }
 
 /// `key` as the API server has it, if it exists.

@@ -23,8 +23,6 @@ const ARCHITECTURE: &str = "wasm";
 const COMPONENT_OS: &str = "wasip2";
 /// The OCI annotation naming a manifest's title and a layer's file.
 const TITLE: &str = "org.opencontainers.image.title";
-/// Where the project lives, for `org.opencontainers.image.source` when the pusher names none.
-pub const DEFAULT_SOURCE: &str = "https://github.com/wasmop/wasmop";
 
 /// The config blob (`application/vnd.wasm.config.v0+json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,9 +68,9 @@ pub struct Artifact {
 }
 
 impl Artifact {
-    /// The artifact for `plugin`, whose bytes have `digest`, published from `source` (a URL
-    /// naming where the plugin's code lives), created at `created`.
-    pub fn describe(plugin: &CompiledPlugin, source: &str, created: DateTime<Utc>) -> Self {
+    /// The artifact for `plugin`, whose code lives at `source` (a URL, if the pusher names
+    /// one: nothing in a component says it), created at `created`.
+    pub fn describe(plugin: &CompiledPlugin, source: Option<&str>, created: DateTime<Utc>) -> Self {
         let (imports, exports) = plugin.world();
         Self::new(
             &plugin.metadata,
@@ -91,7 +89,7 @@ impl Artifact {
         metadata: &PluginMetadata,
         digest: &Digest,
         component: ComponentWorld,
-        source: &str,
+        source: Option<&str>,
         created: DateTime<Utc>,
     ) -> Self {
         let created = created.to_rfc3339_opts(SecondsFormat::Secs, true);
@@ -102,7 +100,10 @@ impl Artifact {
                 "org.opencontainers.image.description",
                 &metadata.description,
             ),
-            ("org.opencontainers.image.source", source),
+            (
+                "org.opencontainers.image.source",
+                source.unwrap_or_default(),
+            ),
             ("org.opencontainers.image.created", &created),
         ]
         .into_iter()
@@ -119,8 +120,7 @@ impl Artifact {
                 component: Some(component),
             },
             annotations,
-            file_name: Some(format!("{}.wasm", metadata.name))
-                .filter(|_| !metadata.name.is_empty()),
+            file_name: Some(file_name(&metadata.name)),
         }
     }
 
@@ -129,7 +129,7 @@ impl Artifact {
     pub fn unchecked(component: &[u8]) -> Self {
         Self {
             config: WasmConfig {
-                created: created_now().to_rfc3339_opts(SecondsFormat::Secs, true),
+                created: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
                 architecture: ARCHITECTURE,
                 os: COMPONENT_OS,
                 layer_digests: vec![Digest::of(component).as_str().to_string()],
@@ -153,19 +153,57 @@ impl Artifact {
     }
 }
 
-/// `created` for a push: `SOURCE_DATE_EPOCH` (reproducible-builds.org) when set and valid,
-/// otherwise now.
-pub fn created_now() -> DateTime<Utc> {
+/// `<name>.wasm` where the plugin's self-declared name is a plain file name (lower-case
+/// letters, digits, `-`, `_`, `.`, not starting with a dot), else `plugin.wasm`: `oras pull`
+/// writes the layer under this title, so a name like `../x` must never reach it.
+fn file_name(name: &str) -> String {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        });
+    if plain {
+        format!("{name}.wasm")
+    } else {
+        "plugin.wasm".to_string()
+    }
+}
+
+/// `created` for a push of `file`: `SOURCE_DATE_EPOCH` (reproducible-builds.org) when set and
+/// valid, else when the file was last written (so pushing the same build again writes the same
+/// manifest, and a signature made for it still holds), else now.
+pub fn created_for(file: &std::path::Path) -> DateTime<Utc> {
     std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
         .and_then(|secs| DateTime::from_timestamp(secs, 0))
+        .or_else(|| {
+            let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok()?;
+            Some(DateTime::<Utc>::from(modified))
+        })
         .unwrap_or_else(Utc::now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_layer_title_is_a_plain_file_name_whatever_the_plugin_calls_itself() {
+        assert_eq!(file_name("kvstore"), "kvstore.wasm");
+        assert_eq!(file_name("my-cache_2"), "my-cache_2.wasm");
+        for hostile in [
+            "../../etc/cron.d/x",
+            "/abs",
+            "a/b",
+            ".hidden",
+            "Upper",
+            "",
+            "a\\b",
+        ] {
+            assert_eq!(file_name(hostile), "plugin.wasm", "{hostile:?}");
+        }
+    }
 
     #[test]
     fn the_config_has_every_field_the_cncf_layout_requires_for_a_component() {
@@ -183,7 +221,13 @@ mod tests {
             target: "wasmop:plugin/plugin@0.1.0".into(),
         };
         let created = DateTime::from_timestamp(1_700_000_000, 0).expect("a valid time");
-        let artifact = Artifact::new(&metadata, &digest, world, DEFAULT_SOURCE, created);
+        let artifact = Artifact::new(
+            &metadata,
+            &digest,
+            world,
+            Some("https://example.com/kvstore"),
+            created,
+        );
         let config: serde_json::Value =
             serde_json::from_slice(&artifact.config_json()).expect("JSON");
         assert_eq!(
@@ -214,6 +258,10 @@ mod tests {
                 TITLE.to_string(),
                 "kvstore.wasm".to_string()
             )]))
+        );
+        assert_eq!(
+            artifact.annotations["org.opencontainers.image.source"],
+            "https://example.com/kvstore"
         );
         assert!(
             !artifact

@@ -527,6 +527,11 @@ fn parse_docker_config(text: &str) -> Result<HashMap<String, (String, String)>, 
         return Ok(credentials);
     };
     for (registry, entry) in auths {
+        // Docker Desktop and `docker login` with a credential helper leave `{}` here: the
+        // credentials live in the helper, which this reader does not run.
+        if entry.as_object().is_some_and(|o| o.is_empty()) {
+            continue;
+        }
         let host = registry
             .trim_start_matches("https://")
             .trim_start_matches("http://")
@@ -596,11 +601,14 @@ mod tests {
 
     #[test]
     fn docker_config_auth_and_username_forms() {
+        // `{}` is what a credential helper leaves in `auths`: skipped, not an error.
         let text = r#"{"auths": {
             "https://ghcr.io/v2/": {"auth": "dXNlcjpwYXNz"},
-            "registry.example:5000": {"username": "u", "password": "p"}
-        }}"#;
+            "registry.example:5000": {"username": "u", "password": "p"},
+            "helper.example": {}
+        }, "credsStore": "desktop"}"#;
         let creds = parse_docker_config(text).expect("valid config");
+        assert_eq!(creds.len(), 2);
         assert_eq!(creds["ghcr.io"], ("user".to_string(), "pass".to_string()));
         assert_eq!(
             creds["registry.example:5000"],
