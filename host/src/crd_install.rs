@@ -53,6 +53,43 @@ pub enum CrdInstallError {
 /// Every CRD the host owns.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![App::crd(), PluginPolicy::crd()]
+        .into_iter()
+        .map(with_kubernetes_formats)
+        .collect()
+}
+
+/// `crd` with the integer formats schemars writes for Rust's unsigned types (`uint32`, ...)
+/// replaced by what Kubernetes knows (`int64`, with the type's bounds as `minimum`/`maximum`):
+/// the API server warns `unrecognized format "uint32"` on every apply of the CRD otherwise.
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let max = match map.get("format").and_then(|f| f.as_str()) {
+                    Some("uint8") => Some(u64::from(u8::MAX)),
+                    Some("uint16") => Some(u64::from(u16::MAX)),
+                    Some("uint32") => Some(u64::from(u32::MAX)),
+                    Some("uint64" | "uint") => None,
+                    _ => {
+                        map.values_mut().for_each(walk);
+                        return;
+                    }
+                };
+                map.insert("format".into(), "int64".into());
+                map.insert("minimum".into(), 0.into());
+                if let Some(max) = max {
+                    map.insert("maximum".into(), max.into());
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut value);
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 /// The CRDs as a multi-document YAML stream.
@@ -99,6 +136,12 @@ async fn ensure(client: &Client, crd: CustomResourceDefinition) -> Result<(), Cr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crds_use_only_formats_kubernetes_knows() {
+        let yaml = crd_yaml().expect("CRDs serialise");
+        assert!(!yaml.contains("format: uint"), "{yaml}");
+    }
 
     /// `deploy/crds/` is what `kubectl apply` installs and `deploy/helm/wasmop/crds/` what
     /// `helm install` does; both must be what the host would apply.
