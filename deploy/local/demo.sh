@@ -38,7 +38,9 @@ fi
 
 t0=$(now_ms)
 say "installing what is missing (deploy/local/setup.sh; a cold first run builds for about 35 min on 2 cores)"
-deploy/local/setup.sh
+# Only what the demo uses: the test tools (cosign, the interop clients, the image's target) are
+# tests/run.sh's to install.
+deploy/local/setup.sh rust packages wasm-tools control-plane
 say "cluster and registry"
 deploy/local/cluster.sh up
 source "$STATE/env"

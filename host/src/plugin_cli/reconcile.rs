@@ -89,7 +89,13 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             .context("--now is out of range")?,
         plugin: PluginState::Serving {
             label: run.compiled.label(),
-            status: plugin_status_of(run.plugin.to_string(), run.compiled, None),
+            // Into service now, as the host would put it (the decision keeps the App's own
+            // `loadedAt` when the digest is the one it already runs).
+            status: plugin_status_of(
+                run.plugin.to_string(),
+                run.compiled,
+                chrono::DateTime::from_timestamp_millis(run.now_ms).map(|t| t.to_rfc3339()),
+            ),
             newer_refused: None,
         },
     };
