@@ -62,6 +62,16 @@ logged() {
   "$@" >"$LOGS/$name.log" 2>&1
 }
 
+# apt_install PART PACKAGE...: installs the Debian packages, failing with PART named.
+apt_install() {
+  local part="$1"; shift
+  say "installing Debian packages: $*"
+  logged apt-update apt-get update -qq ||
+    fail "$part: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
+  DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq "$@" ||
+    fail "$part: apt-get install $*" "install them by hand or fix apt's sources" "$LOGS/apt-install.log"
+}
+
 # ---------------------------------------------------------------------------------------------
 
 part_rust() {
@@ -85,13 +95,7 @@ part_packages() {
   [[ -x /usr/bin/docker-registry ]] || missing+=(docker-registry)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v curl >/dev/null || missing+=(curl)
-  if ((${#missing[@]})); then
-    say "installing Debian packages: ${missing[*]}"
-    logged apt-update apt-get update -qq ||
-      fail "packages: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
-    DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq "${missing[@]}" ||
-      fail "packages: apt-get install ${missing[*]}" "install them by hand or fix apt's sources" "$LOGS/apt-install.log"
-  fi
+  ((${#missing[@]} == 0)) || apt_install packages "${missing[@]}"
   command -v go >/dev/null || fail "packages" "go is not installed; Go >= 1.26 is needed to build the control plane"
   local gov; gov="$(go env GOVERSION)"; gov="${gov#go}"
   [[ "$(printf '%s\n1.26\n' "$gov" | sort -V | head -n1)" == 1.26 ]] ||
@@ -172,25 +176,14 @@ part_image() {
   local missing=()
   command -v musl-gcc >/dev/null || missing+=(musl-tools)
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
-  if ((${#missing[@]})); then
-    say "installing Debian packages: ${missing[*]}"
-    logged apt-update apt-get update -qq ||
-      fail "image: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
-    DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq "${missing[@]}" ||
-      fail "image: apt-get install ${missing[*]}" "install them by hand or fix apt's sources" "$LOGS/apt-install.log"
-  fi
+  ((${#missing[@]} == 0)) || apt_install image "${missing[@]}"
 }
 
 part_interop() {
   build_module ORAS_BIN oras "-s -w" oras=oras.land/oras/cmd/oras
   build_module HELM_BIN helm "-s -w" helm=helm.sh/helm/v4/cmd/helm
-  if ! command -v htpasswd >/dev/null; then
-    say "installing Debian's apache2-utils (htpasswd)"
-    logged apt-update apt-get update -qq ||
-      fail "interop: apt-get update" "check that Debian's package mirrors are reachable (and that this runs as root)" "$LOGS/apt-update.log"
-    DEBIAN_FRONTEND=noninteractive logged apt-install apt-get install -y -qq apache2-utils ||
-      fail "interop: apt-get install apache2-utils" "install it by hand or fix apt's sources" "$LOGS/apt-install.log"
-  fi
+  # htpasswd, for the basic-auth registry of the interop tests.
+  command -v htpasswd >/dev/null || apt_install interop apache2-utils
   local bin="$TOOLS_ROOT/bin/wkg"
   if [[ "$("$bin" --version 2>/dev/null | awk '{print $2}')" != "$WKG_VERSION" ]]; then
     say "building wkg $WKG_VERSION from crates.io into $TOOLS_ROOT (minutes cold; log $LOGS/wkg.log)"
