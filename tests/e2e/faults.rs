@@ -1,5 +1,7 @@
-//! Control-plane faults against a running host: `kill -9` of kube-apiserver or etcd, started
-//! again 20 s later with `deploy/local/cluster.sh start`. After each, an App created and an App
+//! Faults against a running host. The host itself `kill -9`ed in the middle of converging 50
+//! Apps (see [`a_host_killed_mid_converge_converges_after_a_restart_losing_nothing`]); and
+//! control-plane faults: `kill -9` of kube-apiserver or etcd, started again 20 s later with
+//! `deploy/local/cluster.sh start`. After each, an App created and an App
 //! changed once the API server is ready again must be reconciled within 10 s, `/readyz` must
 //! have reported not-ready during the outage and ready after, and the host process must not
 //! have exited (issue 20: the host went deaf after an API server restart while `/readyz` said
@@ -216,4 +218,246 @@ async fn host_recovers_from_an_api_server_kill() -> anyhow::Result<()> {
 #[tokio::test]
 async fn host_recovers_from_an_etcd_kill() -> anyhow::Result<()> {
     survives_outage_of("etcd").await
+}
+
+/// Apps in the host-kill test: half kvstore (every fourth with a backup due every minute), half
+/// hello.
+const KILL_APPS: usize = 50;
+
+/// An object labelled for an App: what it is, the App its label names, its owner references
+/// and its labels.
+type Owned = (
+    String,
+    String,
+    Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    std::collections::BTreeMap<String, String>,
+);
+
+/// What must never go backwards across a crash, per App.
+#[derive(Debug, Clone, PartialEq)]
+struct Recorded {
+    observed_generation: Option<i64>,
+    version: Option<String>,
+    last_backup: Option<String>,
+    finalizers: Vec<String>,
+}
+
+async fn record(apps: &Api<App>) -> anyhow::Result<std::collections::BTreeMap<String, Recorded>> {
+    Ok(apps
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .map(|a| {
+            let status = a.status.clone().unwrap_or_default();
+            (
+                a.metadata.name.clone().unwrap_or_default(),
+                Recorded {
+                    observed_generation: status.observed_generation,
+                    version: status.version,
+                    last_backup: status.last_backup.map(|b| b.slot),
+                    finalizers: a.metadata.finalizers.clone().unwrap_or_default(),
+                },
+            )
+        })
+        .collect())
+}
+
+/// `kill -9` of the host while it converges [`KILL_APPS`] Apps, some with backups due; a new
+/// host (the same compiled-plugin cache) then converges every App, and across the crash no
+/// status field regresses, no finalizer is lost or doubled, every object an App owns carries
+/// its controlling owner reference, and no backup slot runs twice.
+#[tokio::test]
+async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -> anyhow::Result<()>
+{
+    use k8s_openapi::api::{
+        apps::v1::StatefulSet, batch::v1::Job, core::v1::Service, policy::v1::PodDisruptionBudget,
+    };
+    use kube::{ResourceExt, api::ListParams};
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-kill").await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let kvstore = crate::apps::push_kvstore(&local).await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &plugin_configmap("hello-plugin", "hello.wasm")?,
+        )
+        .await?;
+    let cache = std::env::temp_dir().join(crate::harness::unique("wasmop-kill-cache"));
+    let cache_arg = cache.display().to_string();
+    let args = ["--cache-dir", cache_arg.as_str()];
+    let host = Host::start_with(&local, &ns.name, &args, &format!("{}-1", ns.name)).await?;
+    let mut expected = std::collections::BTreeMap::new();
+    for i in 0..KILL_APPS {
+        let name = format!("app-{i:02}");
+        let spec = if i % 2 == 0 {
+            let mut config = json!({"replicas": 1, "retention": "Delete"});
+            if i % 4 == 0 {
+                config["backup"] = json!({"schedule": "* * * * *", "retain": 2});
+            }
+            expected.insert(name.clone(), "7.2.4");
+            app(&name, json!({"image": kvstore}), "7.2.4", config)?
+        } else {
+            expected.insert(name.clone(), "1.0.0");
+            let plugin = json!({"configMap": {"name": "hello-plugin", "key": "plugin.wasm"}});
+            app(&name, plugin, "1.0.0", json!({"message": "hi"}))?
+        };
+        apps.create(&PostParams::default(), &spec).await?;
+    }
+    // Mid-converge: a fifth of the Apps have a status, the rest are still to come.
+    wait_for(
+        "a fifth of the Apps reconciled",
+        Duration::from_secs(120),
+        || async {
+            let done = record(&apps)
+                .await?
+                .values()
+                .filter(|r| r.observed_generation.is_some())
+                .count();
+            Ok((done >= KILL_APPS / 5).then_some(done))
+        },
+    )
+    .await?;
+    let pid = host.pid().context("the host's pid")?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(killed.success(), "kill -KILL {pid}");
+    drop(host);
+    let before = record(&apps).await?;
+    let converging = before
+        .values()
+        .filter(|r| r.observed_generation.is_none())
+        .count();
+    eprintln!("host kill -9 with {converging} of {KILL_APPS} Apps not yet reconciled");
+
+    let restarted = Instant::now();
+    let host = Host::start_with(&local, &ns.name, &args, &format!("{}-2", ns.name)).await?;
+    for (name, version) in &expected {
+        let version: &'static str = version;
+        wait_app(
+            &apps,
+            name,
+            "Ready after the restart",
+            Duration::from_secs(180),
+            crate::apps::ready_at(1, version),
+        )
+        .await?;
+    }
+    eprintln!(
+        "all {KILL_APPS} Apps Ready {:.1}s after the restart",
+        restarted.elapsed().as_secs_f64()
+    );
+    // Every backup App has taken a slot (each minute has one).
+    wait_for(
+        "every backup App to record a backup",
+        Duration::from_secs(90),
+        || async {
+            let recorded = record(&apps).await?;
+            let pending = (0..KILL_APPS)
+                .step_by(4)
+                .filter(|i| recorded[&format!("app-{i:02}")].last_backup.is_none())
+                .count();
+            Ok((pending == 0).then_some(()))
+        },
+    )
+    .await?;
+    let after = record(&apps).await?;
+    for (name, old) in &before {
+        let new = &after[name];
+        assert!(
+            new.observed_generation >= old.observed_generation,
+            "{name}: observedGeneration went from {:?} to {:?}",
+            old.observed_generation,
+            new.observed_generation
+        );
+        if old.version.is_some() {
+            assert_eq!(new.version, old.version, "{name}: status.version changed");
+        }
+        assert!(
+            new.last_backup >= old.last_backup,
+            "{name}: lastBackup went from {:?} to {:?}",
+            old.last_backup,
+            new.last_backup
+        );
+        assert_eq!(
+            new.finalizers,
+            vec!["wasmop.dev/cleanup".to_string()],
+            "{name}: finalizers"
+        );
+    }
+
+    // Every object an App owns is controlled by it.
+    let uids: std::collections::BTreeMap<String, String> = apps
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .map(|a| (a.name_any(), a.uid().unwrap_or_default()))
+        .collect();
+    let labelled = ListParams::default().labels("wasmop.dev/app");
+    let mut owned: Vec<Owned> = Vec::new();
+    macro_rules! collect {
+        ($ty:ty) => {
+            for o in Api::<$ty>::namespaced(client.clone(), &ns.name)
+                .list(&labelled)
+                .await?
+            {
+                owned.push((
+                    format!("{} {}", stringify!($ty), o.name_any()),
+                    o.labels()
+                        .get("wasmop.dev/app")
+                        .cloned()
+                        .unwrap_or_default(),
+                    o.owner_references().to_vec(),
+                    o.labels().clone(),
+                ));
+            }
+        };
+    }
+    collect!(StatefulSet);
+    collect!(Service);
+    collect!(PodDisruptionBudget);
+    collect!(Deployment);
+    collect!(Job);
+    collect!(ConfigMap);
+    anyhow::ensure!(
+        owned.len() >= KILL_APPS,
+        "too few owned objects: {}",
+        owned.len()
+    );
+    for (what, app_name, owners, _) in &owned {
+        let uid = uids
+            .get(app_name)
+            .with_context(|| format!("{what}: no App {app_name}"))?;
+        assert!(
+            owners
+                .iter()
+                .any(|o| &o.uid == uid && o.controller == Some(true)),
+            "{what} is not controlled by App {app_name}"
+        );
+    }
+    // No backup slot ran twice.
+    let mut slots = std::collections::BTreeMap::new();
+    for (what, app_name, _, labels) in &owned {
+        if let Some(slot) = labels.get("wasmop.dev/backup-slot") {
+            let runs = slots
+                .entry((app_name.clone(), slot.clone()))
+                .or_insert(Vec::new());
+            runs.push(what.clone());
+        }
+    }
+    anyhow::ensure!(!slots.is_empty(), "no backup Job ran");
+    for ((app_name, slot), jobs) in &slots {
+        assert_eq!(jobs.len(), 1, "{app_name} slot {slot} ran {jobs:?}");
+    }
+    eprintln!(
+        "after the crash: {} owned objects all controlled by their App, {} backup slots each run once",
+        owned.len(),
+        slots.len()
+    );
+    drop(host);
+    let _ = std::fs::remove_dir_all(&cache);
+    ns.delete().await
 }
