@@ -97,5 +97,5 @@ timed=(journey:: plugin_sources::a_configmap_update_swaps_within_two_seconds)
 cargo test --locked -p wasmop-e2e -- --test-threads 2 --skip faults:: "${timed[@]/#/--skip=}"
 step "end-to-end tests with a latency bound, one at a time"
 cargo test --locked -p wasmop-e2e -- --test-threads 1 --nocapture "${timed[@]}"
-step "end-to-end fault tests: kube-apiserver and etcd killed under a running host"
+step "end-to-end fault tests: the host, kube-apiserver and etcd killed (one at a time)"
 cargo test --locked -p wasmop-e2e faults:: -- --test-threads 1 --nocapture
