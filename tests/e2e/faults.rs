@@ -461,3 +461,122 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
     let _ = std::fs::remove_dir_all(&cache);
     ns.delete().await
 }
+
+/// Apps deleted while the host is down (`kill -9`): their finalizer holds them until a new host
+/// starts, which runs `finalize` once per App, and the retention policy holds (a `Delete` App's
+/// claims go, a `Retain` App's stay).
+#[tokio::test]
+async fn apps_deleted_while_the_host_is_down_are_finalized_once_on_restart() -> anyhow::Result<()> {
+    use k8s_openapi::api::{core::v1::PersistentVolumeClaim, events::v1::Event};
+    use kube::api::{DeleteParams, ListParams};
+
+    use crate::apps::{live_claims, push_kvstore, ready_at};
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-down-delete").await?;
+    let image = push_kvstore(&local).await?;
+    let host = Host::start_with(&local, &ns.name, &[], &format!("{}-1", ns.name)).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    for (name, retention) in [("kept", "Retain"), ("gone", "Delete")] {
+        let config = json!({"replicas": 2, "retention": retention});
+        apps.create(
+            &PostParams::default(),
+            &app(name, json!({"image": image}), "7.2.4", config)?,
+        )
+        .await?;
+    }
+    for name in ["kept", "gone"] {
+        wait_app(
+            &apps,
+            name,
+            "Ready",
+            Duration::from_secs(90),
+            ready_at(1, "7.2.4"),
+        )
+        .await?;
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("claims of both Apps", Duration::from_secs(30), || async {
+        let both = live_claims(&pvcs, "kept").await? >= 2 && live_claims(&pvcs, "gone").await? >= 2;
+        Ok(both.then_some(()))
+    })
+    .await?;
+
+    let pid = host.pid().context("the host's pid")?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(killed.success(), "kill -KILL {pid}");
+    drop(host);
+    for name in ["kept", "gone"] {
+        apps.delete(name, &DeleteParams::default()).await?;
+    }
+    // With no host, the finalizer holds both Apps, and every claim stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["kept", "gone"] {
+        let held = apps
+            .get_opt(name)
+            .await?
+            .context("an App went without its finalizer")?;
+        assert!(
+            held.metadata.deletion_timestamp.is_some(),
+            "{name} is not being deleted"
+        );
+    }
+    assert!(
+        live_claims(&pvcs, "gone").await? >= 2,
+        "claims went while the host was down"
+    );
+
+    let restarted = Instant::now();
+    let host = Host::start_with(&local, &ns.name, &[], &format!("{}-2", ns.name)).await?;
+    for name in ["kept", "gone"] {
+        wait_for(
+            &format!("App {name} to be finalized"),
+            Duration::from_secs(60),
+            || async { Ok(apps.get_opt(name).await?.is_none().then_some(())) },
+        )
+        .await?;
+    }
+    wait_for(
+        "the Delete App's claims to go",
+        Duration::from_secs(30),
+        || async { Ok((live_claims(&pvcs, "gone").await? == 0).then_some(())) },
+    )
+    .await?;
+    eprintln!(
+        "both Apps finalized and the Delete App's claims gone {:.1}s after the restart",
+        restarted.elapsed().as_secs_f64()
+    );
+    // The Retain App's claims outlive it, and stay.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        live_claims(&pvcs, "kept").await? >= 2,
+        "the Retain App's claims went"
+    );
+    // `finalize` ran once per App: one Finalized event each, counting a series' repeats.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let finalized = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Finalized"))
+        .fold(
+            std::collections::BTreeMap::<String, i32>::new(),
+            |mut n, e| {
+                let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
+                // A series counts every occurrence, the first included.
+                *n.entry(name).or_default() += e.series.map(|s| s.count).unwrap_or(1);
+                n
+            },
+        );
+    assert_eq!(
+        finalized,
+        std::collections::BTreeMap::from([("gone".to_string(), 1), ("kept".to_string(), 1)]),
+        "Finalized events per App"
+    );
+    drop(host);
+    ns.delete().await
+}
