@@ -580,3 +580,212 @@ async fn apps_deleted_while_the_host_is_down_are_finalized_once_on_restart() -> 
     drop(host);
     ns.delete().await
 }
+
+/// When each write of a host (its `wrote to the API server` debug lines, `--log-format json`)
+/// happened, from its log file.
+fn writes_in_log(identity: &str) -> anyhow::Result<Vec<chrono::DateTime<chrono::Utc>>> {
+    let path = std::env::temp_dir().join(format!("{identity}-host.log"));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["message"] == "wrote to the API server")
+        .filter_map(|entry| {
+            chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?)
+                .ok()
+                .map(|t| t.with_timezone(&chrono::Utc))
+        })
+        .collect())
+}
+
+/// How many of a host's logged writes were applies.
+fn applies_in_log(identity: &str) -> anyhow::Result<usize> {
+    let path = std::env::temp_dir().join(format!("{identity}-host.log"));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["message"] == "wrote to the API server" && e["verb"] == "apply")
+        .count())
+}
+
+/// Two replicas under load: the leader frozen (`SIGSTOP`) past its lease, then thawed, and the
+/// next leader `kill -9`ed. Each time the standby acts within a lease plus a retry period, the
+/// frozen leader exits on waking without writing anything, and no two replicas' writes
+/// interleave (each replica's writes, from its own log, fall in its own span of time).
+#[tokio::test]
+async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use wasmop_host::leader::{LEASE_DURATION, RETRY_PERIOD};
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-leader").await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &plugin_configmap("hello-plugin", "hello.wasm")?,
+        )
+        .await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let plugin = json!({"configMap": {"name": "hello-plugin", "key": "plugin.wasm"}});
+    let create = |from: usize, to: usize| {
+        let (apps, plugin) = (apps.clone(), plugin.clone());
+        async move {
+            for i in from..to {
+                let spec = app(
+                    &format!("app-{i:02}"),
+                    plugin.clone(),
+                    "1.0.0",
+                    json!({"message": "hi"}),
+                )?;
+                apps.create(&PostParams::default(), &spec).await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let reconciled = |n: usize| {
+        let apps = apps.clone();
+        async move {
+            let done = apps
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|a| crate::apps::ready_at(1, "1.0.0")(a))
+                .count();
+            anyhow::Ok((done >= n).then_some(()))
+        }
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let holder = || async {
+        let lease = leases.get_opt("wasmop-leader").await?;
+        anyhow::Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity))
+    };
+    let args = [
+        "--leader-elect",
+        "--lease-namespace",
+        ns.name.as_str(),
+        "--log-format",
+        "json",
+    ];
+    let [a, b, c] = ["a", "b", "c"].map(|r| format!("{}-{r}", ns.name));
+    let first = Host::start_with(&local, &ns.name, &args, &a).await?;
+    wait_for("a leader", Duration::from_secs(30), || async {
+        Ok(holder().await?.filter(|h| *h == a))
+    })
+    .await?;
+    let second = Host::start_with(&local, &ns.name, &args, &b).await?;
+    // Within a lease and one retry of the leader stopping, plus the API round trips.
+    let bound = LEASE_DURATION + RETRY_PERIOD + Duration::from_secs(3);
+
+    // Under load: 30 Apps, the leader frozen while it converges them.
+    create(0, 30).await?;
+    wait_for(
+        "a third of the Apps reconciled",
+        Duration::from_secs(60),
+        || reconciled(10),
+    )
+    .await?;
+    let first_pid = first.pid().context("the leader's pid")?;
+    let signal = |sig: &str, pid: u32| -> anyhow::Result<()> {
+        let sent = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(sent.success(), "kill {sig} {pid}");
+        Ok(())
+    };
+    signal("-STOP", first_pid)?;
+    let frozen_at = chrono::Utc::now();
+    let frozen = Instant::now();
+    wait_for(
+        "the standby to take the frozen leader's lease",
+        bound,
+        || async { Ok(holder().await?.filter(|h| *h == b)) },
+    )
+    .await?;
+    wait_for(
+        "every App reconciled by the new leader",
+        Duration::from_secs(60),
+        || reconciled(30),
+    )
+    .await?;
+    let took_over = frozen.elapsed();
+    // Thawed, the old leader finds its lease gone and exits before writing anything.
+    signal("-CONT", first_pid)?;
+    let mut first = first;
+    wait_for("the thawed leader to exit", Duration::from_secs(15), || {
+        let running = first.running();
+        async move { Ok((!running).then_some(())) }
+    })
+    .await?;
+
+    // The next leader killed outright, under load again.
+    let third = Host::start_with(&local, &ns.name, &args, &c).await?;
+    create(30, 50).await?;
+    let second_pid = second.pid().context("the second leader's pid")?;
+    signal("-KILL", second_pid)?;
+    let killed_at = chrono::Utc::now();
+    let killed = Instant::now();
+    drop(second);
+    wait_for(
+        "the last standby to take the killed leader's lease",
+        bound,
+        || async { Ok(holder().await?.filter(|h| *h == c)) },
+    )
+    .await?;
+    let acquired = killed.elapsed();
+    wait_for(
+        "every App reconciled by the last leader",
+        Duration::from_secs(60),
+        || reconciled(50),
+    )
+    .await?;
+
+    let (wa, wb, wc) = (writes_in_log(&a)?, writes_in_log(&b)?, writes_in_log(&c)?);
+    // Each leader applied objects, not only statuses: the check covers every kind of write.
+    for (who, verbs) in [
+        (&a, applies_in_log(&a)?),
+        (&b, applies_in_log(&b)?),
+        (&c, applies_in_log(&c)?),
+    ] {
+        anyhow::ensure!(verbs > 0, "{who} applied nothing");
+    }
+    anyhow::ensure!(
+        !wa.is_empty() && !wb.is_empty() && !wc.is_empty(),
+        "every leader wrote: {} {} {}",
+        wa.len(),
+        wb.len(),
+        wc.len()
+    );
+    let last = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().max().copied();
+    let first_of = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().min().copied();
+    assert!(
+        last(&wa) < Some(frozen_at),
+        "the frozen leader wrote after it was frozen (thawed)"
+    );
+    assert!(
+        last(&wa) < first_of(&wb),
+        "the first two leaders' writes interleave"
+    );
+    assert!(
+        last(&wb) < Some(killed_at) && last(&wb) < first_of(&wc),
+        "the last two leaders' writes interleave"
+    );
+    eprintln!(
+        "frozen leader: all 30 Apps Ready under the standby {:.1}s after SIGSTOP; killed \
+         leader: the lease taken {:.1}s after SIGKILL (bound {:.0}s); writes {} / {} / {}, none \
+         overlapping",
+        took_over.as_secs_f64(),
+        acquired.as_secs_f64(),
+        bound.as_secs_f64(),
+        wa.len(),
+        wb.len(),
+        wc.len()
+    );
+    drop(third);
+    ns.delete().await
+}

@@ -100,6 +100,8 @@ impl ReconcileMetrics {
     }
 
     fn wrote(&self, verb: &'static str, kind: &str) {
+        // Which replica wrote when, for the fault tests' check that two never act at once.
+        tracing::debug!(verb, kind, "wrote to the API server");
         self.writes
             .get_or_create(&vec![
                 ("verb", verb.to_string()),
