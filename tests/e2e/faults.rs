@@ -789,3 +789,105 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
     drop(third);
     ns.delete().await
 }
+
+/// The registry down while the tag an App follows moves to a new build: the version in service
+/// stays (keep-last-good: `PluginReady` stays True within the grace), the App is still
+/// reconciled meanwhile, and once the registry is back the swap completes.
+#[tokio::test]
+async fn a_registry_outage_during_a_swap_keeps_the_good_version_and_swaps_when_it_returns()
+-> anyhow::Result<()> {
+    use wasmop_host::plugin::{Digest, source::oci::OciSource};
+
+    use crate::{
+        apps::{condition, ready_at},
+        harness::component,
+        plugin_sources::PrivateRegistry,
+    };
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-registry").await?;
+    let mut registry = PrivateRegistry::start().await?;
+    let (v1, v2) = (component("kvstore.wasm")?, component("kvstore-v2.wasm")?);
+    let pusher = OciSource::new(None, vec![])?;
+    let reference = format!("{}/plugins/kv:1", registry.addr);
+    pusher.push_unchecked(&reference, &v1).await?;
+    // v2's manifest and blobs are in the registry already, under another tag; the outage
+    // moves the App's tag to it.
+    let next = format!("{}/plugins/kv:next", registry.addr);
+    let v2_manifest = pusher.push_unchecked(&next, &v2).await?;
+    let host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    apps.create(
+        &PostParams::default(),
+        &app(
+            "cache",
+            json!({"image": reference}),
+            "7.2.4",
+            json!({"replicas": 1}),
+        )?,
+    )
+    .await?;
+    let digest = |a: &App| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.plugin.as_ref())
+            .map(|p| p.digest.clone())
+    };
+    let (d1, d2) = (Digest::of(&v1).to_string(), Digest::of(&v2).to_string());
+    wait_app(
+        &apps,
+        "cache",
+        "Ready on v1",
+        Duration::from_secs(90),
+        ready_at(1, "7.2.4"),
+    )
+    .await?;
+
+    registry.stop().await?;
+    registry.move_tag("plugins/kv", "1", &v2_manifest)?;
+    // Down for several polls (1 s each): the App is still reconciled, on v1.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    apps.patch(
+        "cache",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"config": {"replicas": 2}}})),
+    )
+    .await?;
+    let during = wait_app(
+        &apps,
+        "cache",
+        "reconciled on v1 while the registry is down",
+        Duration::from_secs(60),
+        ready_at(2, "7.2.4"),
+    )
+    .await?;
+    assert_eq!(
+        digest(&during),
+        Some(d1.clone()),
+        "the good version stays in service"
+    );
+    assert_eq!(
+        condition(&during, "PluginReady").map(|c| c.0).as_deref(),
+        Some("True"),
+        "keep-last-good: an outage within the grace is not news"
+    );
+
+    let back = Instant::now();
+    registry.restart().await?;
+    wait_app(
+        &apps,
+        "cache",
+        "swapped to v2 once the registry is back",
+        Duration::from_secs(30),
+        |a| digest(a) == Some(d2.clone()),
+    )
+    .await?;
+    eprintln!(
+        "registry outage during a swap: v1 served and the App re-planned meanwhile; v2 in \
+         service {:.1}s after the registry returned",
+        back.elapsed().as_secs_f64()
+    );
+    drop(host);
+    ns.delete().await
+}

@@ -207,7 +207,7 @@ pub struct PrivateRegistry {
     child: tokio::process::Child,
     /// `127.0.0.1:port`.
     pub addr: String,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 struct TempDir(std::path::PathBuf);
@@ -223,6 +223,60 @@ impl PrivateRegistry {
     pub async fn stop(&mut self) -> anyhow::Result<()> {
         self.child.kill().await?;
         Ok(())
+    }
+
+    /// Starts the stopped registry again on its address, with its storage as it was.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.child = Self::spawn(&self.dir.0.join("config.yml"))?;
+        Self::wait_serving(&self.addr).await
+    }
+
+    /// Points `repository:tag` at the manifest `digest` in the storage directly, as a push
+    /// would: for a stopped registry, whose tag then moved while nobody could see it.
+    pub fn move_tag(&self, repository: &str, tag: &str, digest: &str) -> anyhow::Result<()> {
+        let link = self
+            .dir
+            .0
+            .join("data/docker/registry/v2/repositories")
+            .join(repository)
+            .join("_manifests/tags")
+            .join(tag)
+            .join("current/link");
+        anyhow::ensure!(
+            link.is_file(),
+            "no tag {repository}:{tag} at {}",
+            link.display()
+        );
+        std::fs::write(&link, digest)?;
+        Ok(())
+    }
+
+    fn spawn(config: &std::path::Path) -> anyhow::Result<tokio::process::Child> {
+        Ok(tokio::process::Command::new("/usr/bin/docker-registry")
+            .arg("serve")
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?)
+    }
+
+    async fn wait_serving(addr: &str) -> anyhow::Result<()> {
+        let url = format!("http://{addr}/v2/");
+        let http = reqwest::Client::new();
+        // With auth, an anonymous `/v2/` is a 401: serving all the same.
+        wait_for(
+            "the private registry to serve",
+            Duration::from_secs(20),
+            || async {
+                let status = http.get(&url).send().await?.status();
+                Ok(
+                    (status.is_success() || status == reqwest::StatusCode::UNAUTHORIZED)
+                        .then_some(()),
+                )
+            },
+        )
+        .await
     }
 
     /// Starts a registry with its own storage on a free loopback port.
@@ -264,33 +318,9 @@ impl PrivateRegistry {
         }
         let config = dir.0.join("config.yml");
         std::fs::write(&config, yaml)?;
-        let child = tokio::process::Command::new("/usr/bin/docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let url = format!("http://{addr}/v2/");
-        let http = reqwest::Client::new();
-        // With auth, an anonymous `/v2/` is a 401: serving all the same.
-        wait_for(
-            "the private registry to serve",
-            Duration::from_secs(20),
-            || async {
-                let status = http.get(&url).send().await?.status();
-                Ok(
-                    (status.is_success() || status == reqwest::StatusCode::UNAUTHORIZED)
-                        .then_some(()),
-                )
-            },
-        )
-        .await?;
-        Ok(Self {
-            child,
-            addr,
-            _dir: dir,
-        })
+        let child = Self::spawn(&config)?;
+        Self::wait_serving(&addr).await?;
+        Ok(Self { child, addr, dir })
     }
 }
 
