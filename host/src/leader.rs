@@ -14,9 +14,16 @@
 //!   a standby takes over at its next retry instead of after a whole lease.
 //!
 //! A replica that loses the lease exits at once (as controller-runtime does): a deposed leader
-//! must not finish the reconciles it had started.
+//! must not finish the reconciles it had started. And every write first asks [`ensure_leading`]
+//! (a fence): a leader frozen past its renew deadline (a stopped process, a paused VM) that
+//! wakes with reconciles in flight exits there, before its renewer has even run, since the
+//! monotonic clock it checks kept running through the freeze. controller-runtime has no such
+//! check; its deposed leader may write until its renewer notices.
 
-use std::{sync::Mutex, time::Duration};
+use std::{
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -202,17 +209,51 @@ impl LeaderElector {
     }
 }
 
+/// When this process last held the lease for certain (acquired or renewed it), once it has led;
+/// unset in a process that does not elect a leader.
+static LAST_HELD: OnceLock<Mutex<Instant>> = OnceLock::new();
+
+fn held_at(at: Instant) {
+    let cell = LAST_HELD.get_or_init(|| Mutex::new(at));
+    *cell
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+}
+
+/// The fence every write goes through: in a process that leads, exits (as a lost lease does)
+/// unless the lease was held within the renew deadline, so a replica that could have been
+/// deposed never writes. A no-op without leader election.
+pub fn ensure_leading() {
+    let Some(cell) = LAST_HELD.get() else {
+        return;
+    };
+    let last = *cell
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.elapsed() >= RENEW_DEADLINE {
+        tracing::error!(
+            held_ago_s = last.elapsed().as_secs(),
+            "about to write without having held the lease within the renew deadline; exiting"
+        );
+        std::process::exit(1);
+    }
+}
+
 /// Renews until the renew deadline passes without a renewal or another replica holds the
 /// lease; then `tx` turns `false`.
 async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) {
     let mut last_renewed = Instant::now();
+    held_at(last_renewed);
     loop {
         tokio::time::sleep(RETRY_PERIOD).await;
         // Measured from before the attempt: the renewTime it writes is taken then too.
         let attempt = Instant::now();
         let left = RENEW_DEADLINE.saturating_sub(last_renewed.elapsed());
         match tokio::time::timeout(left, elector.try_acquire()).await {
-            Ok(Ok(Attempt::Held)) => last_renewed = attempt,
+            Ok(Ok(Attempt::Held)) => {
+                last_renewed = attempt;
+                held_at(attempt);
+            }
             Ok(Ok(Attempt::HeldByOther)) => {
                 tracing::error!(lease = %elector.name, "leadership taken by another replica");
                 let _ = tx.send(false);

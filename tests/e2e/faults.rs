@@ -306,9 +306,9 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
         };
         apps.create(&PostParams::default(), &spec).await?;
     }
-    // Mid-converge: a fifth of the Apps have a status, the rest are still to come.
+    // Mid-converge: a tenth of the Apps have a status, the rest are still to come.
     wait_for(
-        "a fifth of the Apps reconciled",
+        "a tenth of the Apps reconciled",
         Duration::from_secs(120),
         || async {
             let done = record(&apps)
@@ -316,7 +316,7 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
                 .values()
                 .filter(|r| r.observed_generation.is_some())
                 .count();
-            Ok((done >= KILL_APPS / 5).then_some(done))
+            Ok((done >= KILL_APPS / 10).then_some(done))
         },
     )
     .await?;
@@ -332,6 +332,10 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
         .filter(|r| r.observed_generation.is_none())
         .count();
     eprintln!("host kill -9 with {converging} of {KILL_APPS} Apps not yet reconciled");
+    anyhow::ensure!(
+        converging > 0,
+        "every App was reconciled before the kill: not mid-converge"
+    );
 
     let restarted = Instant::now();
     let host = Host::start_with(&local, &ns.name, &args, &format!("{}-2", ns.name)).await?;
@@ -438,7 +442,8 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
             "{what} is not controlled by App {app_name}"
         );
     }
-    // No backup slot ran twice.
+    // No backup slot ran twice. (Job names are per slot, so the API server itself refuses a
+    // second Job for a slot while the first exists: this guards the naming, and counts.)
     let mut slots = std::collections::BTreeMap::new();
     for (what, app_name, _, labels) in &owned {
         if let Some(slot) = labels.get("wasmop.dev/backup-slot") {
@@ -581,8 +586,8 @@ async fn apps_deleted_while_the_host_is_down_are_finalized_once_on_restart() -> 
     ns.delete().await
 }
 
-/// When each write of a host (its `wrote to the API server` debug lines, `--log-format json`)
-/// happened, from its log file.
+/// When a host sent each of its writes (its `writing to the API server` debug lines, logged as
+/// each passes the leader fence, `--log-format json`), from its log file.
 fn writes_in_log(identity: &str) -> anyhow::Result<Vec<chrono::DateTime<chrono::Utc>>> {
     let path = std::env::temp_dir().join(format!("{identity}-host.log"));
     let text =
@@ -590,7 +595,7 @@ fn writes_in_log(identity: &str) -> anyhow::Result<Vec<chrono::DateTime<chrono::
     Ok(text
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|entry| entry["message"] == "wrote to the API server")
+        .filter(|entry| entry["message"] == "writing to the API server")
         .filter_map(|entry| {
             chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?)
                 .ok()
@@ -607,14 +612,15 @@ fn applies_in_log(identity: &str) -> anyhow::Result<usize> {
     Ok(text
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["message"] == "wrote to the API server" && e["verb"] == "apply")
+        .filter(|e| e["message"] == "writing to the API server" && e["verb"] == "apply")
         .count())
 }
 
 /// Two replicas under load: the leader frozen (`SIGSTOP`) past its lease, then thawed, and the
-/// next leader `kill -9`ed. Each time the standby acts within a lease plus a retry period, the
-/// frozen leader exits on waking without writing anything, and no two replicas' writes
-/// interleave (each replica's writes, from its own log, fall in its own span of time).
+/// next leader `kill -9`ed. Each time the standby takes the lease within a lease plus two retry
+/// periods and brings every App to Ready; the frozen leader exits on waking without sending a
+/// single write (the leader fence), and no two replicas' writes interleave (each replica's
+/// writes, as sent, from its own log).
 #[tokio::test]
 async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps()
 -> anyhow::Result<()> {
@@ -679,8 +685,9 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
     })
     .await?;
     let second = Host::start_with(&local, &ns.name, &args, &b).await?;
-    // Within a lease and one retry of the leader stopping, plus the API round trips.
-    let bound = LEASE_DURATION + RETRY_PERIOD + Duration::from_secs(3);
+    // A lease on the standby's clock from the last record change it saw (up to a retry before
+    // the stop), then its next retry, plus the API round trips.
+    let bound = LEASE_DURATION + 2 * RETRY_PERIOD + Duration::from_secs(3);
 
     // Under load: 30 Apps, the leader frozen while it converges them.
     create(0, 30).await?;
@@ -728,7 +735,6 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
     create(30, 50).await?;
     let second_pid = second.pid().context("the second leader's pid")?;
     signal("-KILL", second_pid)?;
-    let killed_at = chrono::Utc::now();
     let killed = Instant::now();
     drop(second);
     wait_for(
@@ -763,22 +769,22 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
     );
     let last = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().max().copied();
     let first_of = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().min().copied();
-    assert!(
-        last(&wa) < Some(frozen_at),
-        "the frozen leader wrote after it was frozen (thawed)"
-    );
+    // Nothing was sent by the frozen leader after the freeze (the fence stops a thawed leader
+    // before any write), and each leader's writes come before its successor's first.
+    let after_thaw = wa.iter().filter(|t| **t > frozen_at).count();
+    assert_eq!(after_thaw, 0, "the frozen leader wrote after it was thawed");
     assert!(
         last(&wa) < first_of(&wb),
         "the first two leaders' writes interleave"
     );
     assert!(
-        last(&wb) < Some(killed_at) && last(&wb) < first_of(&wc),
+        last(&wb) < first_of(&wc),
         "the last two leaders' writes interleave"
     );
     eprintln!(
-        "frozen leader: all 30 Apps Ready under the standby {:.1}s after SIGSTOP; killed \
-         leader: the lease taken {:.1}s after SIGKILL (bound {:.0}s); writes {} / {} / {}, none \
-         overlapping",
+        "frozen leader: all 30 Apps Ready under the standby {:.1}s after SIGSTOP, {after_thaw} \
+         writes logged by it after the freeze; killed leader: the lease taken {:.1}s after \
+         SIGKILL (bound {:.0}s); writes {} / {} / {}",
         took_over.as_secs_f64(),
         acquired.as_secs_f64(),
         bound.as_secs_f64(),
@@ -873,6 +879,12 @@ async fn a_registry_outage_during_a_swap_keeps_the_good_version_and_swaps_when_i
         "keep-last-good: an outage within the grace is not news"
     );
 
+    // The host saw the outage (and kept it from the App within the grace).
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{}-host.log", ns.name)))?;
+    assert!(
+        log.contains("polling the plugin source failed"),
+        "the host never noticed the registry was down"
+    );
     let back = Instant::now();
     registry.restart().await?;
     wait_app(

@@ -187,6 +187,7 @@ impl PolicyView {
                     "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
                     "status": status,
                 });
+                crate::reconcile::execute::before_write("status", "PluginPolicy");
                 if let Err(err) = api
                     .patch_status(
                         &name,

@@ -100,8 +100,6 @@ impl ReconcileMetrics {
     }
 
     fn wrote(&self, verb: &'static str, kind: &str) {
-        // Which replica wrote when, for the fault tests' check that two never act at once.
-        tracing::debug!(verb, kind, "wrote to the API server");
         self.writes
             .get_or_create(&vec![
                 ("verb", verb.to_string()),
@@ -157,6 +155,14 @@ enum WriteError {
     Refused(Failure),
     /// The API call failed; retried with backoff.
     Kube { what: String, source: kube::Error },
+}
+
+/// Every write to the API server first passes the leader fence ([`leader::ensure_leading`]),
+/// and is logged (debug) as it is sent: which replica wrote when, for the fault tests' check
+/// that two never act at once.
+pub fn before_write(verb: &'static str, kind: &str) {
+    crate::leader::ensure_leading();
+    tracing::debug!(verb, kind, "writing to the API server");
 }
 
 /// Performs `decision`; returns when to look again.
@@ -334,6 +340,7 @@ async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> 
         name: object.name().to_string(),
     };
     let api = api_for(w, &key)?;
+    before_write("apply", &key.kind);
     match api
         .patch(
             &key.name,
@@ -361,6 +368,7 @@ async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> 
 
 async fn delete(w: &Writer<'_>, key: &ObjectKey, what: &str) -> Result<(), WriteError> {
     let api = api_for(w, key)?;
+    before_write("delete", &key.kind);
     match api.delete(&key.name, &DeleteParams::background()).await {
         Ok(_) => {
             w.ctx.metrics.wrote("delete", &key.kind);
@@ -388,6 +396,7 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
         })?;
     let api: Api<Job> =
         Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
+    before_write("create", "Job");
     match api.create(&PostParams::default(), &job).await {
         Ok(_) => {
             w.ctx.metrics.wrote("create", "Job");
@@ -414,6 +423,7 @@ pub async fn publish(ctx: &Context, app: &App, event: &Event) {
         action: "Reconcile".into(),
         secondary: None,
     };
+    before_write("create", "Event");
     if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
         tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
     }
