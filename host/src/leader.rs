@@ -198,6 +198,8 @@ impl LeaderElector {
             tokio::time::sleep(RETRY_PERIOD).await;
         }
         tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+        // Before anything can write: the fence must know this process leads from now on.
+        held_at(Instant::now());
         let elector = std::sync::Arc::new(self);
         let (tx, rx) = watch::channel(true);
         let renewer = tokio::spawn(renew(std::sync::Arc::clone(&elector), tx));
