@@ -143,6 +143,13 @@ impl Host {
         Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
     }
 
+    /// Kills the host outright (SIGKILL, a crash) and waits for it to be gone.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.start_kill()?;
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await??;
+        Ok(())
+    }
+
     /// Whether the process still runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
