@@ -157,7 +157,8 @@ enum WriteError {
     Kube { what: String, source: kube::Error },
 }
 
-/// Every write to the API server first passes the leader fence ([`leader::ensure_leading`]),
+/// Every write to the API server first passes the leader fence
+/// ([`crate::leader::ensure_leading`]),
 /// and is logged (debug) as it is sent: which replica wrote when, for the fault tests' check
 /// that two never act at once.
 pub fn before_write(verb: &'static str, kind: &str) {
