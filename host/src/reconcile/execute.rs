@@ -158,9 +158,8 @@ enum WriteError {
 }
 
 /// Every write to the API server first passes the leader fence
-/// ([`crate::leader::ensure_leading`]),
-/// and is logged (debug) as it is sent: which replica wrote when, for the fault tests' check
-/// that two never act at once.
+/// ([`crate::leader::ensure_leading`]), and is logged (debug) as it is sent: which replica
+/// wrote when, for the fault tests' check that two never act at once.
 pub fn before_write(verb: &'static str, kind: &str) {
     crate::leader::ensure_leading();
     tracing::debug!(verb, kind, "writing to the API server");
