@@ -574,9 +574,9 @@ async fn apps_deleted_while_the_host_is_down_are_finalized_once_on_restart() -> 
     ns.delete().await
 }
 
-/// When a host sent each of its writes (its `writing to the API server` debug lines, logged as
-/// each passes the leader fence, `--log-format json`), from its log file.
-fn writes_in_log(identity: &str) -> anyhow::Result<Vec<chrono::DateTime<chrono::Utc>>> {
+/// A host's writes as it sent them (its `writing to the API server` debug lines, logged as each
+/// passes the leader fence, `--log-format json`), from its log file: when, and the verb.
+fn writes_in_log(identity: &str) -> anyhow::Result<Vec<(chrono::DateTime<chrono::Utc>, String)>> {
     let path = std::env::temp_dir().join(format!("{identity}-host.log"));
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -585,23 +585,11 @@ fn writes_in_log(identity: &str) -> anyhow::Result<Vec<chrono::DateTime<chrono::
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|entry| entry["message"] == "writing to the API server")
         .filter_map(|entry| {
-            chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?)
-                .ok()
-                .map(|t| t.with_timezone(&chrono::Utc))
+            let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
+            let verb = entry["verb"].as_str().unwrap_or_default().to_string();
+            Some((at.with_timezone(&chrono::Utc), verb))
         })
         .collect())
-}
-
-/// How many of a host's logged writes were applies.
-fn applies_in_log(identity: &str) -> anyhow::Result<usize> {
-    let path = std::env::temp_dir().join(format!("{identity}-host.log"));
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["message"] == "writing to the API server" && e["verb"] == "apply")
-        .count())
 }
 
 /// Two replicas under load: the leader frozen (`SIGSTOP`) past its lease, then thawed, and the
@@ -741,12 +729,9 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
 
     let (wa, wb, wc) = (writes_in_log(&a)?, writes_in_log(&b)?, writes_in_log(&c)?);
     // Each leader applied objects, not only statuses: the check covers every kind of write.
-    for (who, verbs) in [
-        (&a, applies_in_log(&a)?),
-        (&b, applies_in_log(&b)?),
-        (&c, applies_in_log(&c)?),
-    ] {
-        anyhow::ensure!(verbs > 0, "{who} applied nothing");
+    for (who, writes) in [(&a, &wa), (&b, &wb), (&c, &wc)] {
+        let applies = writes.iter().filter(|(_, verb)| verb == "apply").count();
+        anyhow::ensure!(applies > 0, "{who} applied nothing");
     }
     anyhow::ensure!(
         !wa.is_empty() && !wb.is_empty() && !wc.is_empty(),
@@ -755,11 +740,12 @@ async fn a_frozen_or_killed_leader_hands_over_within_a_lease_and_never_overlaps(
         wb.len(),
         wc.len()
     );
-    let last = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().max().copied();
-    let first_of = |w: &[chrono::DateTime<chrono::Utc>]| w.iter().min().copied();
+    type Writes = [(chrono::DateTime<chrono::Utc>, String)];
+    let last = |w: &Writes| w.iter().map(|(at, _)| *at).max();
+    let first_of = |w: &Writes| w.iter().map(|(at, _)| *at).min();
     // Nothing was sent by the frozen leader after the freeze (the fence stops a thawed leader
     // before any write), and each leader's writes come before its successor's first.
-    let after_thaw = wa.iter().filter(|t| **t > frozen_at).count();
+    let after_thaw = wa.iter().filter(|(at, _)| *at > frozen_at).count();
     assert_eq!(after_thaw, 0, "the frozen leader wrote after it was thawed");
     assert!(
         last(&wa) < first_of(&wb),
