@@ -29,6 +29,10 @@ use std::{
 };
 
 use kube::Client;
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
 
 /// How often the API server's `/readyz` is probed.
 pub const PROBE_PERIOD: Duration = Duration::from_secs(2);
@@ -78,6 +82,8 @@ struct Inner {
     due: Mutex<HashMap<String, Instant>>,
     /// When the last reconcile started.
     last_started: Mutex<Option<Instant>>,
+    /// Successful lists of an already watched resource, by resource: re-syncs.
+    relists: Family<Vec<(&'static str, String)>, Counter>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -102,8 +108,31 @@ impl ApiHealth {
                 next_reconcile: AtomicU64::new(0),
                 due: Mutex::default(),
                 last_started: Mutex::default(),
+                relists: Family::default(),
             }),
         }
+    }
+
+    /// Registers the watch metrics in `registry` (prefix it with `wasmop`).
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "watch_relists",
+            "Successful lists of a resource the host already watches, by resource: the watcher \
+             re-syncing after its watch expired (410 Gone) or its cache was lost. One per watch \
+             after an API server restart is expected; more would be a relist storm",
+            self.inner.relists.clone(),
+        );
+    }
+
+    /// A list of the watched collection at `path` succeeded: the watcher re-synced it.
+    fn relisted(&self, path: &str) {
+        // The plural is the path's last segment; the label stays bounded by the kinds watched.
+        let resource = path.rsplit('/').next().unwrap_or_default().to_string();
+        tracing::debug!(watch = path, "watched resource re-listed");
+        self.inner
+            .relists
+            .get_or_create(&vec![("resource", resource)])
+            .inc();
     }
 
     /// A watch request for `path` was answered with a success status: it is connected.
@@ -353,6 +382,8 @@ where
                     Ok(answer) if answer.status().is_success() => {
                         if watch {
                             health.watch_connected(&path);
+                        } else {
+                            health.relisted(&path);
                         }
                     }
                     Ok(answer) => health.watch_failed(&path, format!("HTTP {}", answer.status())),

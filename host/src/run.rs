@@ -40,6 +40,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let mut registry = Registry::with_prefix("wasmop");
+    health.register_metrics(&mut registry);
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
     let reconcile_metrics = crate::reconcile::execute::ReconcileMetrics::register(&mut registry);
     let probes = Probes::new(registry, runtime.registry.clone(), health.clone())
