@@ -99,6 +99,9 @@ pub enum PluginState {
         status: PluginStatus,
         /// Why a newer version was refused, when the last good one is kept.
         newer_refused: Option<String>,
+        /// Why the host's plugin cache does not hold this version (a full or read-only disk):
+        /// it serves all the same, and a restart fetches and compiles it again.
+        uncached: Option<String>,
     },
 }
 
@@ -234,21 +237,37 @@ pub fn failed(snapshot: &Snapshot, failure: Failure) -> Decision {
 
 /// `PluginReady` of a serving plugin.
 fn serving_condition(plugin: &PluginState) -> Cond {
-    match plugin {
-        PluginState::Serving {
-            label,
-            newer_refused: Some(err),
-            ..
-        } => Cond::new(
+    let PluginState::Serving {
+        label,
+        newer_refused,
+        uncached,
+        ..
+    } = plugin
+    else {
+        return Cond::new("PluginReady", false, "Loading", "");
+    };
+    let uncached = uncached
+        .as_ref()
+        .map(|why| format!("; not cached, so a host restart fetches and compiles it again: {why}"));
+    match newer_refused {
+        Some(err) => Cond::new(
             "PluginReady",
             true,
             "LastGoodKept",
-            format!("{label} serving; the newest version did not load: {err}"),
+            format!(
+                "{label} serving; the newest version did not load: {err}{}",
+                uncached.unwrap_or_default()
+            ),
         ),
-        PluginState::Serving { label, .. } => {
-            Cond::new("PluginReady", true, "Loaded", format!("{label} serving"))
-        }
-        _ => Cond::new("PluginReady", false, "Loading", ""),
+        None => match uncached {
+            Some(uncached) => Cond::new(
+                "PluginReady",
+                true,
+                "LoadedUncached",
+                format!("{label} serving{uncached}"),
+            ),
+            None => Cond::new("PluginReady", true, "Loaded", format!("{label} serving")),
+        },
     }
 }
 

@@ -95,6 +95,8 @@ part_packages() {
   [[ -x /usr/bin/docker-registry ]] || missing+=(docker-registry)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v curl >/dev/null || missing+=(curl)
+  # The fault tests move the host's clock with it (faults::a_clock_jump_...).
+  dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
   ((${#missing[@]} == 0)) || apt_install packages "${missing[@]}"
   command -v go >/dev/null || fail "packages" "go is not installed; Go >= 1.26 is needed to build the control plane"
   local gov; gov="$(go env GOVERSION)"; gov="${gov#go}"

@@ -54,6 +54,17 @@ impl Host {
         extra: &[&str],
         identity: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_env(kubeconfig, namespace, extra, identity, &[]).await
+    }
+
+    /// Starts the host with the credentials of `kubeconfig` and `env` besides.
+    pub async fn start_env(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        extra: &[&str],
+        identity: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = free_port()?;
         // A caller that passes --cache-dir keeps its cache across Hosts (restart tests).
         let cache = (!extra.contains(&"--cache-dir"))
@@ -74,11 +85,13 @@ impl Host {
             args.extend(["--cache-dir".into(), cache.clone().into_os_string()]);
         }
         args.extend(extra.iter().map(Into::into));
+        let mut env = env.to_vec();
+        env.push(("POD_NAME", identity));
         let mut host = Self::spawn(
             &crate::harness::wasmop_binary()?,
             &args,
             kubeconfig,
-            &[("POD_NAME", identity)],
+            &env,
             identity,
             port,
         )

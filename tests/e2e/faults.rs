@@ -35,7 +35,7 @@ const OUTAGE: Duration = Duration::from_secs(20);
 /// The bound: API server ready again -> the new and the changed App reconciled.
 const RECOVERY: Duration = Duration::from_secs(10);
 
-fn cluster_sh(args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn cluster_sh(args: &[&str]) -> anyhow::Result<()> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/cluster.sh");
     let status = std::process::Command::new(&script)
         .args(args)
@@ -86,7 +86,7 @@ impl ReadyzLog {
     }
 }
 
-async fn api_ready(client: &Client) -> bool {
+pub(crate) async fn api_ready(client: &Client) -> bool {
     let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
         return false;
     };
@@ -254,6 +254,9 @@ async fn survives_outage_of(component_name: &str) -> anyhow::Result<()> {
     cluster_sh(&["kill", component_name])?;
     tokio::time::sleep(OUTAGE).await;
     cluster_sh(&["start", component_name])?;
+    // kube-scheduler and kube-controller-manager may exit when their API server goes (seen in
+    // the chaos soak); in a real cluster the kubelet starts them again, here `up` does.
+    cluster_sh(&["up"])?;
     let ready = wait_for(
         "the API server to be ready again",
         Duration::from_secs(60),
@@ -993,5 +996,365 @@ async fn a_registry_outage_during_a_swap_keeps_the_good_version_and_swaps_when_i
         back.elapsed().as_secs_f64()
     );
     drop(host);
+    ns.delete().await
+}
+
+/// A tmpfs mounted at a directory of its own for one test; unmounted and removed when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(options: &str) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(crate::harness::unique("wasmop-tmpfs"));
+        std::fs::create_dir_all(&dir)?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(&dir)
+            .status()
+            .context("running mount (the fault tests run as root)")?;
+        anyhow::ensure!(status.success(), "mount -t tmpfs -o {options} failed");
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// `PluginReady` of App `name` once its reason is `reason`.
+async fn plugin_ready(apps: &Api<App>, name: &str, reason: &str) -> anyhow::Result<String> {
+    let app = wait_app(
+        apps,
+        name,
+        &format!("PluginReady {reason}"),
+        Duration::from_secs(120),
+        |a| crate::apps::condition(a, "PluginReady").is_some_and(|c| c.1 == reason),
+    )
+    .await?;
+    Ok(crate::apps::condition(&app, "PluginReady")
+        .map(|c| c.2)
+        .unwrap_or_default())
+}
+
+/// The plugin cache directory read-only, then too small for one plugin (a full disk): the host
+/// serves from the registry all the same and says on the App's `PluginReady` that the plugin is
+/// not cached and why; a failed write leaves nothing behind. Then a compiled artifact corrupted
+/// on disk: the next host recompiles it (and rewrites it) rather than loading it.
+#[tokio::test]
+async fn an_unwritable_or_full_plugin_cache_costs_a_restart_not_service() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-cache").await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let kvstore = crate::apps::push_kvstore(&local).await?;
+    let config = json!({"replicas": 1, "retention": "Delete"});
+    apps.create(
+        &PostParams::default(),
+        &app("kv", json!({"image": kvstore}), "7.2.4", config)?,
+    )
+    .await?;
+    let patch_message = |generation: i64| {
+        let apps = apps.clone();
+        async move {
+            let message = format!("{}mb", 100 + generation);
+            apps.patch(
+                "kv",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"config": {"maxmemory": message}}})),
+            )
+            .await
+        }
+    };
+
+    // Read-only: the cache cannot even be opened; the host starts without one.
+    let read_only = Tmpfs::mount("ro,size=1m")?;
+    let dir = read_only.0.display().to_string();
+    let host = Host::start_with(&local, &ns.name, &["--cache-dir", &dir], &ns.name).await?;
+    let message = plugin_ready(&apps, "kv", "LoadedUncached").await?;
+    wait_app(
+        &apps,
+        "kv",
+        "Ready",
+        Duration::from_secs(60),
+        crate::apps::ready_at(1, "7.2.4"),
+    )
+    .await?;
+    anyhow::ensure!(
+        message.contains("Read-only file system") && message.contains(&dir),
+        "PluginReady does not say why the plugin is not cached: {message}"
+    );
+    eprintln!("read-only cache: PluginReady says: {message}");
+    host.terminate().await?;
+    drop(read_only);
+
+    // Full: opened, but no plugin fits.
+    let full = Tmpfs::mount("size=256k,mode=0700")?;
+    let dir = full.0.display().to_string();
+    let host = Host::start_with(&local, &ns.name, &["--cache-dir", &dir], &ns.name).await?;
+    patch_message(2).await?;
+    let message = wait_for(
+        "PluginReady to say the disk is full",
+        Duration::from_secs(60),
+        || async {
+            let app = apps.get("kv").await?;
+            let message = crate::apps::condition(&app, "PluginReady")
+                .map(|c| c.2)
+                .unwrap_or_default();
+            Ok(message
+                .contains("No space left on device")
+                .then_some(message))
+        },
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "kv",
+        "Ready",
+        Duration::from_secs(60),
+        crate::apps::ready_at(2, "7.2.4"),
+    )
+    .await?;
+    let mut leftovers = Vec::new();
+    let mut walk = vec![full.0.clone()];
+    while let Some(dir) = walk.pop() {
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            if entry.file_type()?.is_dir() {
+                walk.push(entry.path());
+            } else {
+                leftovers.push(entry.path());
+            }
+        }
+    }
+    // What did fit may stay (the record of what the tag resolved to); no half-written file and
+    // no tag without its artifact may.
+    leftovers.retain(|path| {
+        let name = path.to_string_lossy();
+        name.contains(".tmp") || name.ends_with(".hmac")
+    });
+    anyhow::ensure!(
+        leftovers.is_empty(),
+        "failed writes left files behind: {leftovers:?}"
+    );
+    eprintln!("full cache: PluginReady says: {message}");
+    host.terminate().await?;
+    drop(full);
+
+    // Corrupted: a cache with the install's key, one compiled artifact flipped on disk.
+    let cache = std::env::temp_dir().join(crate::harness::unique("wasmop-corrupt-cache"));
+    let key = cache.with_extension("key");
+    std::fs::write(&key, "k".repeat(64))?;
+    let (dir, key_arg) = (cache.display().to_string(), key.display().to_string());
+    let args = [
+        "--cache-dir",
+        dir.as_str(),
+        "--cache-key-file",
+        key_arg.as_str(),
+    ];
+    let compiled_by = |host: &Host| {
+        let url = host.url("/metrics");
+        async move { metric_by(&url, "wasmop_plugin_compile_seconds_count", "cached").await }
+    };
+    let mut generation = 2;
+    let restart = async |generation: i64| -> anyhow::Result<Host> {
+        let host = Host::start_with(&local, &ns.name, &args, &ns.name).await?;
+        patch_message(generation).await?;
+        wait_app(
+            &apps,
+            "kv",
+            "Ready under a new host",
+            Duration::from_secs(60),
+            crate::apps::ready_at(generation, "7.2.4"),
+        )
+        .await?;
+        plugin_ready(&apps, "kv", "Loaded").await?;
+        let degraded = crate::apps::condition(&apps.get("kv").await?, "Degraded");
+        anyhow::ensure!(
+            degraded.as_ref().is_some_and(|c| c.0 == "False"),
+            "App kv is degraded: {degraded:?}"
+        );
+        Ok(host)
+    };
+    generation += 1;
+    let host = restart(generation).await?;
+    host.terminate().await?;
+    generation += 1;
+    let host = restart(generation).await?;
+    let loaded = compiled_by(&host).await?;
+    anyhow::ensure!(
+        loaded.get("true").copied().unwrap_or(0.0) >= 1.0
+            && loaded.get("false").copied().unwrap_or(0.0) == 0.0,
+        "an intact cache was not used: {loaded:?}"
+    );
+    host.terminate().await?;
+    let artifacts: Vec<std::path::PathBuf> = std::fs::read_dir(cache.join("compiled"))?
+        .flatten()
+        .flat_map(|fingerprint| std::fs::read_dir(fingerprint.path()).into_iter().flatten())
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    anyhow::ensure!(artifacts.len() == 1, "compiled artifacts: {artifacts:?}");
+    let mut bytes = std::fs::read(&artifacts[0])?;
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 64] {
+        *byte ^= 0xff;
+    }
+    std::fs::write(&artifacts[0], &bytes)?;
+    generation += 1;
+    let host = restart(generation).await?;
+    let loaded = compiled_by(&host).await?;
+    anyhow::ensure!(
+        loaded.get("false").copied().unwrap_or(0.0) >= 1.0,
+        "the corrupted artifact was not recompiled: {loaded:?}"
+    );
+    anyhow::ensure!(
+        std::fs::read(&artifacts[0])? != bytes,
+        "the corrupted artifact was not rewritten"
+    );
+    eprintln!("corrupted artifact: recompiled and rewritten ({loaded:?})");
+    drop(host);
+    let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_file(&key);
+    ns.delete().await
+}
+
+/// Where Debian's libfaketime puts the library `LD_PRELOAD` loads.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The host's wall clock jumps a day ahead (libfaketime under the host, its offset moved while
+/// it runs; the monotonic clock, which timers and the lease run on, is left alone). A kvstore
+/// App backs up hourly: after the jump it runs one backup, for the hour it now is, not one for
+/// each of the 24 it missed, and no second one follows.
+#[tokio::test]
+async fn a_clock_jump_of_a_day_runs_one_backup_not_one_per_missed_slot() -> anyhow::Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::ListParams;
+
+    anyhow::ensure!(
+        Path::new(LIBFAKETIME).is_file(),
+        "{LIBFAKETIME} is missing: run deploy/local/setup.sh packages"
+    );
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-clock").await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let kvstore = crate::apps::push_kvstore(&local).await?;
+    let offset = std::env::temp_dir().join(crate::harness::unique("wasmop-faketime"));
+    std::fs::write(&offset, "+0\n")?;
+    let offset_file = offset.display().to_string();
+    let env = [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.as_str()),
+        // Read the offset again at most every second, not at every clock read.
+        ("FAKETIME_CACHE_DURATION", "1"),
+        ("DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let host = Host::start_env(&local.kubeconfig, &ns.name, &[], &ns.name, &env).await?;
+    let config = json!({"replicas": 1, "retention": "Delete",
+        "backup": {"schedule": "0 * * * *", "retain": 2}});
+    apps.create(
+        &PostParams::default(),
+        &app("kv", json!({"image": kvstore}), "7.2.4", config)?,
+    )
+    .await?;
+    wait_app(
+        &apps,
+        "kv",
+        "Ready",
+        Duration::from_secs(120),
+        crate::apps::ready_at(1, "7.2.4"),
+    )
+    .await?;
+    let slots = || async {
+        Ok::<_, anyhow::Error>(
+            jobs.list(&ListParams::default().labels("wasmop.dev/backup-slot"))
+                .await?
+                .into_iter()
+                .filter_map(|j| {
+                    j.metadata
+                        .labels
+                        .and_then(|l| l.get("wasmop.dev/backup-slot").cloned())
+                })
+                .collect::<std::collections::BTreeSet<String>>(),
+        )
+    };
+    // An hour may turn while the App comes up: that backup is a real one, not the jump's.
+    let before = slots().await?;
+
+    std::fs::write(&offset, "+1d\n")?;
+    let jumped = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A spec change makes the host reconcile now rather than at its next requeue.
+    apps.patch(
+        "kv",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"config": {"maxmemory": "300mb"}}})),
+    )
+    .await?;
+    let new = wait_for(
+        "a backup after the jump",
+        Duration::from_secs(60),
+        || async {
+            let new: Vec<String> = slots().await?.difference(&before).cloned().collect();
+            Ok((!new.is_empty()).then_some(new))
+        },
+    )
+    .await?;
+    // Several more reconciles: nothing more may come for the missed hours.
+    for generation in 3..=5 {
+        apps.patch(
+            "kv",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"config": {"maxmemory": format!("{}mb", 300 + generation)}}}),
+            ),
+        )
+        .await?;
+        wait_app(
+            &apps,
+            "kv",
+            "reconciled after the jump",
+            Duration::from_secs(60),
+            |a| a.status.as_ref().and_then(|s| s.observed_generation) == Some(generation),
+        )
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<String> = slots().await?.difference(&before).cloned().collect();
+    // The hour it is on the host's clock; if one turned meanwhile, either is the current slot.
+    let hour = |t: chrono::DateTime<chrono::Utc>| t.format("%Y%m%d-%H0000").to_string();
+    let expected = hour(jumped);
+    let expected_now = hour(chrono::Utc::now() + chrono::TimeDelta::days(1));
+    eprintln!(
+        "clock +1 day: backups before {before:?}, after the jump {after:?} (expected {expected})"
+    );
+    anyhow::ensure!(
+        after == new && after.len() == 1,
+        "after a day's jump: {after:?}, one backup expected"
+    );
+    anyhow::ensure!(
+        after[0] == expected || after[0] == expected_now,
+        "the backup after the jump is for slot {}, not the current hour {expected}",
+        after[0]
+    );
+    let last = apps
+        .get("kv")
+        .await?
+        .status
+        .and_then(|s| s.last_backup)
+        .map(|b| b.slot);
+    anyhow::ensure!(
+        last.as_ref() == Some(&after[0]),
+        "status.lastBackup is {last:?}, not {}",
+        after[0]
+    );
+    drop(host);
+    let _ = std::fs::remove_file(&offset);
     ns.delete().await
 }

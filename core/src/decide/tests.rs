@@ -144,6 +144,7 @@ fn snapshot(previous: AppStatus, observed: Vec<ObservedObject>) -> Snapshot {
                 loaded_at: None,
             },
             newer_refused: None,
+            uncached: None,
         },
     }
 }
@@ -229,6 +230,32 @@ fn a_new_app_applies_its_plan_stamped_and_is_ready() {
     assert_eq!(condition(&d.status, "PluginReady"), ("True", "Loaded"));
     assert_eq!(d.requeue, Requeue::After(RESYNC));
     assert!(d.events.iter().any(|e| e.reason == "RolledOut"));
+}
+
+#[test]
+fn a_plugin_the_cache_could_not_keep_serves_and_says_so() {
+    let mut snap = snapshot(AppStatus::default(), vec![]);
+    if let PluginState::Serving { uncached, .. } = &mut snap.plugin {
+        *uncached = Some("writing /cache/blobs/abc: No space left on device".into());
+    }
+    let d = decide(&snap, &mut Script::new(vec![cm("a", "1")]), &Check);
+    assert_eq!(d.apply.len(), 1, "the plan is applied all the same");
+    assert_eq!(d.status.phase.as_deref(), Some("Ready"));
+    let ready = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PluginReady")
+        .expect("PluginReady");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "LoadedUncached")
+    );
+    assert!(
+        ready.message.contains("No space left on device") && ready.message.contains("restart"),
+        "{}",
+        ready.message
+    );
 }
 
 #[test]
@@ -592,6 +619,7 @@ fn loaded_at_moves_with_the_digest_and_not_with_a_reload() {
             loaded_at: Some(loaded_at.into()),
         },
         newer_refused: None,
+        uncached: None,
     };
     let mut plugin = Script::new(vec![cm("a", "1")]);
     let mut first = snapshot(AppStatus::default(), vec![]);

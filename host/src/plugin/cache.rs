@@ -246,13 +246,13 @@ impl Cache {
             .join(format!("{:x}", Sha256::digest(reference.as_bytes())))
     }
 
-    /// Keeps the raw bytes of a component.
-    pub fn store_blob(&self, digest: &Digest, bytes: &[u8]) {
-        warn_on_failure(
-            "storing plugin bytes",
-            write_atomic(&self.blob_path(digest), bytes),
-        );
+    /// Keeps the raw bytes of a component; an error says why it could not (the cache is an
+    /// optimisation: the caller serves the plugin anyway and says it is not cached).
+    pub fn store_blob(&self, digest: &Digest, bytes: &[u8]) -> io::Result<()> {
+        let result = write_atomic(&self.blob_path(digest), bytes);
+        warn_on_failure("storing plugin bytes", &result);
         self.trim();
+        result
     }
 
     /// The raw bytes of a component, if cached and intact.
@@ -263,8 +263,14 @@ impl Cache {
         (Digest::of(&bytes) == *digest).then_some(bytes)
     }
 
-    /// Keeps the compiled artifact of a component for this engine.
-    pub fn store_compiled(&self, engine: &PluginEngine, digest: &Digest, component: &Component) {
+    /// Keeps the compiled artifact of a component for this engine; an error says why it could
+    /// not.
+    pub fn store_compiled(
+        &self,
+        engine: &PluginEngine,
+        digest: &Digest,
+        component: &Component,
+    ) -> io::Result<()> {
         let path = self.compiled_path(engine, digest);
         let result = component
             .serialize()
@@ -277,10 +283,14 @@ impl Cache {
                     &mac_path(&path),
                     self.artifact_tag(&path, &artifact).as_bytes(),
                 )?;
-                write_atomic(&path, &artifact)
+                write_atomic(&path, &artifact).inspect_err(|_| {
+                    // A tag without its artifact is only clutter.
+                    let _ = fs::remove_file(mac_path(&path));
+                })
             });
-        warn_on_failure("storing a compiled plugin", result);
+        warn_on_failure("storing a compiled plugin", &result);
         self.trim();
+        result
     }
 
     /// The compiled artifact of a component for this engine, if cached and intact.
@@ -347,7 +357,7 @@ impl Cache {
             .parent()
             .map_or(Ok(()), create_private_dir)
             .and_then(|()| write_atomic(&path, reason.as_bytes()));
-        warn_on_failure("recording a plugin that does not compile", result);
+        warn_on_failure("recording a plugin that does not compile", &result);
     }
 
     /// Why `digest` did not compile for this engine, if it did not.
@@ -365,7 +375,7 @@ impl Cache {
             serde_json::json!({"reference": reference, "digest": digest.as_str(), "mac": mac});
         warn_on_failure(
             "recording a plugin reference",
-            write_atomic(&self.ref_path(reference), record.to_string().as_bytes()),
+            &write_atomic(&self.ref_path(reference), record.to_string().as_bytes()),
         );
     }
 
@@ -434,24 +444,31 @@ fn mac_path(path: &Path) -> PathBuf {
 }
 
 /// Writes through a temporary file and a rename, so a crash never leaves a half-written entry
-/// under the real name.
+/// under the real name, and a failed write (a full disk) leaves nothing behind. The error
+/// names the file.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    // The host's alone, whatever the umask: `read_own_file` refuses anything else.
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    fs::rename(&tmp, path)
+    let write = || -> io::Result<()> {
+        // The host's alone, whatever the umask: `read_own_file` refuses anything else.
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|err| {
+        let _ = fs::remove_file(&tmp);
+        io::Error::new(err.kind(), format!("writing {}: {err}", path.display()))
+    })
 }
 
 /// The cache is an optimisation: failing to write it is worth a warning, never an outage.
-fn warn_on_failure(what: &str, result: io::Result<()>) {
+fn warn_on_failure(what: &str, result: &io::Result<()>) {
     if let Err(err) = result {
         tracing::warn!(error = %err, "{what} in the plugin cache failed");
     }
@@ -469,7 +486,7 @@ mod tests {
         let blobs: Vec<Vec<u8>> = (0u8..5).map(|i| vec![i; 4 << 10]).collect();
         let digests: Vec<Digest> = blobs.iter().map(|b| Digest::of(b)).collect();
         for (i, (blob, digest)) in blobs.iter().zip(&digests).enumerate() {
-            cache.store_blob(digest, blob);
+            cache.store_blob(digest, blob).expect("stored");
             // The first one is loaded after each store: in use, so it stays.
             assert!(cache.load_blob(&digests[0]).is_some(), "after {i} stores");
             // Modification times are coarse on some file systems.

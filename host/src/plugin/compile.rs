@@ -48,6 +48,9 @@ pub struct CompiledPlugin {
     pub compile_time: Duration,
     /// Whether the compiled artifact came from the on-disk cache.
     pub from_cache: bool,
+    /// Why the on-disk cache does not hold this version, when it should and does not (a full
+    /// or read-only disk): it serves all the same, and a restart fetches and compiles it again.
+    pub uncached: Option<String>,
     pub(super) pre: InstancePre<CallState>,
     pub(super) exports: Exports,
 }
@@ -194,6 +197,7 @@ impl CompiledPlugin {
             capabilities: exported,
             compile_time,
             from_cache,
+            uncached: None,
             pre,
             exports,
         };
@@ -218,8 +222,9 @@ impl CompiledPlugin {
         // Only a version that passed every check is kept: the cache never holds what failed.
         if !plugin.from_cache
             && let Some(cache) = cache
+            && let Err(err) = cache.store_compiled(engine, &plugin.digest, plugin.pre.component())
         {
-            cache.store_compiled(engine, &plugin.digest, plugin.pre.component());
+            plugin.uncached = Some(err.to_string());
         }
         Ok(plugin)
     }

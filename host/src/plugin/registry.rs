@@ -166,6 +166,8 @@ impl Entry {
 pub struct PluginRegistry {
     engine: Arc<PluginEngine>,
     cache: Option<Cache>,
+    /// Why a host that should have a cache has none (it could not be opened).
+    cache_unavailable: Option<String>,
     metrics: PluginMetrics,
     entries: RwLock<HashMap<SourceRef, Entry>>,
     changes: broadcast::Sender<SourceRef>,
@@ -182,6 +184,25 @@ impl PluginRegistry {
         Arc::new(Self {
             engine,
             cache,
+            cache_unavailable: None,
+            metrics,
+            entries: RwLock::new(HashMap::new()),
+            changes,
+        })
+    }
+
+    /// An empty registry of a host whose cache could not be opened (`why`): it loads every
+    /// plugin from its source, and each loaded plugin says it is not cached.
+    pub fn without_cache(
+        engine: Arc<PluginEngine>,
+        why: String,
+        metrics: PluginMetrics,
+    ) -> Arc<Self> {
+        let (changes, _) = broadcast::channel(256);
+        Arc::new(Self {
+            engine,
+            cache: None,
+            cache_unavailable: Some(why),
             metrics,
             entries: RwLock::new(HashMap::new()),
             changes,
@@ -313,17 +334,28 @@ impl PluginRegistry {
         let source_name = source.to_string();
         let digest = fetched.digest.clone();
         let compiled = tokio::task::spawn_blocking(move || {
-            let result = CompiledPlugin::prepare(
+            let mut result = CompiledPlugin::prepare(
                 &this.engine,
                 this.cache.as_ref(),
                 &source_name,
                 &fetched.bytes,
                 fetched.digest.clone(),
             );
-            if result.is_ok()
-                && let Some(cache) = &this.cache
-            {
-                cache.store_blob(&fetched.digest, &fetched.bytes);
+            if let Ok(plugin) = &mut result {
+                let stored = match &this.cache {
+                    Some(cache) => cache
+                        .store_blob(&fetched.digest, &fetched.bytes)
+                        .map_err(|err| err.to_string()),
+                    None => this
+                        .cache_unavailable
+                        .as_ref()
+                        .map_or(Ok(()), |why| Err(why.clone())),
+                };
+                if let Err(why) = stored
+                    && plugin.uncached.is_none()
+                {
+                    plugin.uncached = Some(why);
+                }
             }
             result
         })

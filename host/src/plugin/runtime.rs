@@ -53,22 +53,33 @@ impl PluginRuntime {
         let engine = PluginEngine::with_compiler(budget, compiler, warm_slots)
             .map_err(|err| anyhow::anyhow!("creating the wasmtime engine: {err:#}"))?;
         let dir = args.cache_dir.clone().unwrap_or_else(default_cache_dir);
-        let mut cache = Cache::bounded(&dir, args.cache_max_bytes)
-            .with_context(|| format!("opening the plugin cache {}", dir.display()))?;
         let key = match &args.cache_key_file {
             Some(path) => CacheKey::from_file(path)
                 .with_context(|| format!("reading the cache key {}", path.display()))?,
             None => None,
         };
-        match key {
-            Some(key) => cache = cache.with_key(key),
-            None => info!(
-                "no cache key file (--cache-key-file): compiled plugins are authenticated with a \
-                 key of this process's own, so a restart recompiles them"
-            ),
-        }
-        info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
-        let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::register(metrics));
+        let metrics = PluginMetrics::register(metrics);
+        // The cache is an optimisation: a host whose cache directory cannot be opened (read-only,
+        // full, wrong owner) serves from the plugins' sources and says so on every App.
+        let registry = match Cache::bounded(&dir, args.cache_max_bytes) {
+            Ok(mut cache) => {
+                match key {
+                    Some(key) => cache = cache.with_key(key),
+                    None => info!(
+                        "no cache key file (--cache-key-file): compiled plugins are \
+                         authenticated with a key of this process's own, so a restart \
+                         recompiles them"
+                    ),
+                }
+                info!(dir = %dir.display(), fingerprint = engine.fingerprint(), "plugin cache");
+                PluginRegistry::new(engine, Some(cache), metrics)
+            }
+            Err(err) => {
+                let why = format!("the plugin cache {} cannot be opened: {err}", dir.display());
+                tracing::error!(dir = %dir.display(), error = %err, "the plugin cache cannot be opened; every plugin will be fetched and compiled at each start");
+                PluginRegistry::without_cache(engine, why, metrics)
+            }
+        };
         let oci = OciSource::new(
             args.registry_config.as_deref(),
             args.insecure_registries.clone(),

@@ -97,6 +97,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
                 chrono::DateTime::from_timestamp_millis(run.now_ms).map(|t| t.to_rfc3339()),
             ),
             newer_refused: None,
+            uncached: None,
         },
     };
     let check = guard::AppCheck {

@@ -169,6 +169,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         label: loaded.compiled.label(),
         status: plugin_status(&loaded),
         newer_refused: state.last_error.as_ref().map(ToString::to_string),
+        uncached: loaded.compiled.uncached.clone(),
     };
 
     let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);

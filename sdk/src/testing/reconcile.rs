@@ -103,6 +103,7 @@ impl Fixture {
                     loaded_at: None,
                 },
                 newer_refused: None,
+                uncached: None,
             },
         };
         let mut calls = NativeCalls::of::<P>(self.app.clone(), visible, self.now_ms);
