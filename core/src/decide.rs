@@ -254,8 +254,9 @@ fn serving_condition(plugin: &PluginState) -> Cond {
             "PluginReady",
             true,
             "LastGoodKept",
+            // The cache note first: a long load error is what the 1024-byte cut takes.
             format!(
-                "{label} serving; the newest version did not load: {err}{}",
+                "{label} serving{}; the newest version did not load: {err}",
                 uncached.unwrap_or_default()
             ),
         ),

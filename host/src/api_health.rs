@@ -36,6 +36,8 @@ use prometheus_client::{
 
 /// How often the API server's `/readyz` is probed.
 pub const PROBE_PERIOD: Duration = Duration::from_secs(2);
+/// Most distinct watches whose re-syncs are counted.
+const MAX_WATCH_KEYS: usize = 4096;
 /// How long one probe may take before it counts as failed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -84,6 +86,8 @@ struct Inner {
     last_started: Mutex<Option<Instant>>,
     /// Successful lists of an already watched resource, by resource: re-syncs.
     relists: Family<Vec<(&'static str, String)>, Counter>,
+    /// Every watch that has been connected: its path and selectors ([`watch_key`]).
+    connected: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -109,7 +113,28 @@ impl ApiHealth {
                 due: Mutex::default(),
                 last_started: Mutex::default(),
                 relists: Family::default(),
+                connected: Mutex::default(),
             }),
+        }
+    }
+
+    /// Counts one re-list of `resource`, so that a test sees the family exported.
+    #[cfg(test)]
+    pub(crate) fn count_relist_for_tests(&self, resource: &str) {
+        let key = watch_key(&format!("/api/v1/{resource}"), None);
+        self.connected(key.clone(), &format!("/api/v1/{resource}"));
+        self.listed(key, &format!("/api/v1/{resource}"));
+    }
+
+    /// A watch with `key` ([`watch_key`]) is connected.
+    fn connected(&self, key: String, path: &str) {
+        // Exported at 0 from the first watch on: "no re-list" is then an answer, not a gap.
+        self.relists_of(path);
+        let mut connected = lock(&self.inner.connected);
+        // Plugin ConfigMap sources add one key each, and App authors choose them: past the
+        // bound, new watches' re-syncs go uncounted rather than memory growing with churn.
+        if connected.len() < MAX_WATCH_KEYS {
+            connected.insert(key);
         }
     }
 
@@ -124,15 +149,25 @@ impl ApiHealth {
         );
     }
 
-    /// A list of the watched collection at `path` succeeded: the watcher re-synced it.
-    fn relisted(&self, path: &str) {
-        // The plural is the path's last segment; the label stays bounded by the kinds watched.
-        let resource = path.rsplit('/').next().unwrap_or_default().to_string();
+    /// A list with `key` ([`watch_key`]) at `path` succeeded: when a watch with the same key
+    /// has been connected before, the watcher re-synced it. (A first list, such as that of a
+    /// new plugin ConfigMap's watch on a path other watches share, is not a re-sync.)
+    fn listed(&self, key: String, path: &str) {
+        if !lock(&self.inner.connected).contains(&key) {
+            return;
+        }
         tracing::debug!(watch = path, "watched resource re-listed");
+        self.relists_of(path).inc();
+    }
+
+    /// The re-list counter of the resource at `path`: its plural, the path's last segment, so
+    /// the label stays bounded by the kinds watched.
+    fn relists_of(&self, path: &str) -> Counter {
+        let resource = path.rsplit('/').next().unwrap_or_default().to_string();
         self.inner
             .relists
             .get_or_create(&vec![("resource", resource)])
-            .inc();
+            .clone()
     }
 
     /// A watch request for `path` was answered with a success status: it is connected.
@@ -346,6 +381,24 @@ pub struct ApiHealthService<S> {
     health: ApiHealth,
 }
 
+/// What tells one watch from another on the same path: the path and its selectors. A watch's
+/// own request and the list that re-syncs it share it; resourceVersion, paging and timeouts
+/// do not count.
+fn watch_key(path: &str, query: Option<&str>) -> String {
+    let mut selectors: Vec<&str> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| pair.starts_with("labelSelector=") || pair.starts_with("fieldSelector="))
+        .collect();
+    selectors.sort_unstable();
+    format!("{path}?{}", selectors.join("&"))
+}
+
+/// Whether a list request asks for a later page (`continue=`): part of a list already counted.
+fn is_next_page(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|pair| pair.starts_with("continue=")))
+}
+
 fn is_watch(query: Option<&str>) -> bool {
     query.is_some_and(|q| {
         q.split('&')
@@ -368,7 +421,10 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let watch = request.method() == http::Method::GET && is_watch(request.uri().query());
+        let query = request.uri().query();
+        let watch = request.method() == http::Method::GET && is_watch(query);
+        let first_page = !is_next_page(query);
+        let key = watch_key(request.uri().path(), query);
         let path = request.uri().path().to_string();
         // A list of a watched resource is the watcher re-syncing it: its failure counts too.
         let tracked =
@@ -382,8 +438,9 @@ where
                     Ok(answer) if answer.status().is_success() => {
                         if watch {
                             health.watch_connected(&path);
-                        } else {
-                            health.relisted(&path);
+                            health.connected(key, &path);
+                        } else if first_page {
+                            health.listed(key, &path);
                         }
                     }
                     Ok(answer) => health.watch_failed(&path, format!("HTTP {}", answer.status())),
@@ -489,6 +546,38 @@ mod tests {
                 .liveness(Instant::now() + Duration::from_secs(301))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn only_a_list_of_a_watch_connected_before_is_a_relist() {
+        let health = ApiHealth::new(Duration::from_secs(10), Duration::from_secs(300));
+        let relists = |health: &ApiHealth| {
+            health
+                .inner
+                .relists
+                .get_or_create(&vec![("resource", "configmaps".to_string())])
+                .get()
+        };
+        let owned = watch_key(PATH, Some("labelSelector=wasmop.dev%2Fapp&limit=500"));
+        health.listed(owned.clone(), PATH);
+        assert_eq!(relists(&health), 0, "the first list is not a re-sync");
+        health.connected(
+            watch_key(
+                PATH,
+                Some("watch=true&resourceVersion=7&labelSelector=wasmop.dev%2Fapp&timeoutSeconds=290"),
+            ),
+            PATH,
+        );
+        // Another watch on the same path (a plugin ConfigMap's) lists for the first time.
+        health.listed(
+            watch_key(PATH, Some("fieldSelector=metadata.name%3Dplugin")),
+            PATH,
+        );
+        assert_eq!(relists(&health), 0, "another watch's first list");
+        health.listed(owned, PATH);
+        assert_eq!(relists(&health), 1, "the watch re-synced");
+        assert!(is_next_page(Some("limit=500&continue=abc")));
+        assert!(!is_next_page(Some("limit=500")));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod harness;
 
 mod apps;
+mod chaos;
 mod cli;
 mod cluster;
 mod deploy;

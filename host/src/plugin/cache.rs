@@ -249,7 +249,14 @@ impl Cache {
     /// Keeps the raw bytes of a component; an error says why it could not (the cache is an
     /// optimisation: the caller serves the plugin anyway and says it is not cached).
     pub fn store_blob(&self, digest: &Digest, bytes: &[u8]) -> io::Result<()> {
-        let result = write_atomic(&self.blob_path(digest), bytes);
+        let path = self.blob_path(digest);
+        // Every offer stores its bytes, a load from the cache too: what is there and intact
+        // stays, so a full disk does not make a cached plugin look uncached.
+        if fs::read(&path).is_ok_and(|held| Digest::of(&held) == *digest) {
+            Self::touch(&path);
+            return Ok(());
+        }
+        let result = write_atomic(&path, bytes);
         warn_on_failure("storing plugin bytes", &result);
         self.trim();
         result
@@ -279,14 +286,13 @@ impl Cache {
                 if let Some(dir) = path.parent() {
                     create_private_dir(dir)?;
                 }
+                // The artifact first, its tag last: an artifact without its tag is never
+                // loaded (it is compiled again), and nothing here deletes another writer's tag.
+                write_atomic(&path, &artifact)?;
                 write_atomic(
                     &mac_path(&path),
                     self.artifact_tag(&path, &artifact).as_bytes(),
-                )?;
-                write_atomic(&path, &artifact).inspect_err(|_| {
-                    // A tag without its artifact is only clutter.
-                    let _ = fs::remove_file(mac_path(&path));
-                })
+                )
             });
         warn_on_failure("storing a compiled plugin", &result);
         self.trim();
@@ -408,12 +414,7 @@ fn read_own_file(path: &Path) -> io::Result<Vec<u8>> {
     };
     let refuse = |why: &str| io::Error::other(format!("{}: {why}", path.display()));
     let me = rustix::process::geteuid().as_raw();
-    if let Some(dir) = path.parent() {
-        let meta = fs::metadata(dir)?;
-        if meta.uid() != me || meta.mode() & 0o022 != 0 {
-            return Err(refuse("its directory is not this user's alone"));
-        }
-    }
+    check_private_parent(path)?;
     let mut file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
@@ -428,6 +429,25 @@ fn read_own_file(path: &Path) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// Refuses `path` unless its directory is this user's alone: a directory someone else can
+/// write is one where they could plant links or files under the names the cache uses.
+fn check_private_parent(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(dir) = path.parent() {
+        let meta = fs::symlink_metadata(dir)?;
+        if !meta.is_dir()
+            || meta.uid() != rustix::process::geteuid().as_raw()
+            || meta.mode() & 0o022 != 0
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{}: its directory is not this user's alone", path.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Creates `dir` and its parents as the host's alone (mode 0700), whatever the umask.
@@ -446,24 +466,36 @@ fn mac_path(path: &Path) -> PathBuf {
 /// Writes through a temporary file and a rename, so a crash never leaves a half-written entry
 /// under the real name, and a failed write (a full disk) leaves nothing behind. The error
 /// names the file.
+///
+/// The temporary name is unique to this write (two sources with the same bytes, or two
+/// replicas on one volume, both pid 1, store the same digest at once), created anew
+/// (`O_EXCL`, `O_NOFOLLOW`: never through a link someone planted), in a directory that must be
+/// the host's alone; only a file this call created is removed.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let write = || -> io::Result<()> {
-        // The host's alone, whatever the umask: `read_own_file` refuses anything else.
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    };
-    write().map_err(|err| {
+    let named =
+        |err: io::Error| io::Error::new(err.kind(), format!("writing {}: {err}", path.display()));
+    check_private_parent(path).map_err(named)?;
+    let tmp = path.with_extension(format!(
+        "tmp{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    // The host's alone, whatever the umask: `read_own_file` refuses anything else.
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&tmp)
+        .map_err(named)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| fs::rename(&tmp, path));
+    written.map_err(|err| {
         let _ = fs::remove_file(&tmp);
-        io::Error::new(err.kind(), format!("writing {}: {err}", path.display()))
+        named(err)
     })
 }
 

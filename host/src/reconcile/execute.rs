@@ -449,6 +449,12 @@ mod tests {
         plugin.load("loaded", "");
         plugin.compiled(0.1, false);
         plugin.call("spec-diff", 0.001, Some("PluginTrapped"));
+        let health = crate::api_health::ApiHealth::new(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(300),
+        );
+        health.register_metrics(&mut registry);
+        health.count_relist_for_tests("configmaps");
         let mut text = String::new();
         encode(&mut text, &registry).expect("encodes");
         let exported: Vec<&str> = text
