@@ -43,7 +43,17 @@ if [[ "$only" == all ]]; then
 
   step "the SDK as crates.io would get it: cargo package (with wasmop-core, which it depends on)"
   # Verification builds each packaged crate on its own, so the vendored WIT (sdk/wit/) must do.
-  cargo package -q -p wasmop-core -p wasmop-sdk
+  # Cargo verifies the SDK against wasmop-core from a local overlay registry, and takes a
+  # registry crate of an unchanged version as unchanged: it reuses both its extracted source
+  # and its compiled artifacts (seen: the SDK verified against a wasmop-core of an earlier
+  # commit). So the overlay's extractions go, and the verification builds in a target dir of
+  # its own from which every wasmop-core artifact goes; the third-party dependencies stay warm.
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/wasmop-{core,sdk}-*
+  verify_target="$CARGO_TARGET_DIR/package-verify"
+  if [[ -d "$verify_target" ]]; then
+    find "$verify_target" -name '*wasmop*core*' -prune -exec rm -rf {} +
+  fi
+  CARGO_TARGET_DIR="$verify_target" cargo package -q -p wasmop-core -p wasmop-sdk
 
   step "wasmop plugin new: the scaffold builds and passes its tests as generated"
   scaffold="$(mktemp -d)/my-plugin"

@@ -26,10 +26,8 @@ use anyhow::Context;
 use k8s_openapi::{
     ByteString,
     api::{
-        apps::v1::{Deployment, StatefulSet},
         batch::v1::Job,
-        core::v1::{ConfigMap, PersistentVolumeClaim, Service},
-        policy::v1::PodDisruptionBudget,
+        core::v1::{ConfigMap, PersistentVolumeClaim},
     },
 };
 use kube::{
@@ -470,34 +468,17 @@ async fn labelled_objects(
     client: &Client,
     ns: &str,
 ) -> anyhow::Result<Vec<(String, String, Option<String>)>> {
-    let mut out = Vec::new();
-    let labelled = ListParams::default().labels(APP_LABEL);
-    macro_rules! collect {
-        ($ty:ty) => {
-            for o in Api::<$ty>::namespaced(client.clone(), ns)
-                .list(&labelled)
-                .await?
-            {
-                let controller = o
-                    .owner_references()
-                    .iter()
-                    .find(|r| r.controller == Some(true))
-                    .map(|r| r.uid.clone());
-                out.push((
-                    format!("{} {}", stringify!($ty), o.name_any()),
-                    o.labels().get(APP_LABEL).cloned().unwrap_or_default(),
-                    controller,
-                ));
-            }
-        };
-    }
-    collect!(StatefulSet);
-    collect!(Service);
-    collect!(PodDisruptionBudget);
-    collect!(Deployment);
-    collect!(Job);
-    collect!(ConfigMap);
-    Ok(out)
+    Ok(crate::faults::labelled_objects(client, ns)
+        .await?
+        .into_iter()
+        .map(|(what, app, owners, _)| {
+            let controller = owners
+                .into_iter()
+                .find(|r| r.controller == Some(true))
+                .map(|r| r.uid);
+            (what, app, controller)
+        })
+        .collect())
 }
 
 #[tokio::test]

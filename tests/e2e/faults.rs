@@ -399,12 +399,47 @@ async fn host_recovers_from_an_etcd_kill() -> anyhow::Result<()> {
 
 /// An object labelled for an App: what it is, the App its label names, its owner references
 /// and its labels.
-type Owned = (
+pub(crate) type Owned = (
     String,
     String,
     Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
     std::collections::BTreeMap<String, String>,
 );
+
+/// Every object labelled for an App (`wasmop.dev/app`) of the kinds the test plugins make.
+pub(crate) async fn labelled_objects(client: &Client, ns: &str) -> anyhow::Result<Vec<Owned>> {
+    use k8s_openapi::api::{
+        apps::v1::StatefulSet, batch::v1::Job, core::v1::Service, policy::v1::PodDisruptionBudget,
+    };
+    use kube::{ResourceExt, api::ListParams};
+    let labelled = ListParams::default().labels("wasmop.dev/app");
+    let mut owned: Vec<Owned> = Vec::new();
+    macro_rules! collect {
+        ($ty:ty) => {
+            for o in Api::<$ty>::namespaced(client.clone(), ns)
+                .list(&labelled)
+                .await?
+            {
+                owned.push((
+                    format!("{} {}", stringify!($ty), o.name_any()),
+                    o.labels()
+                        .get("wasmop.dev/app")
+                        .cloned()
+                        .unwrap_or_default(),
+                    o.owner_references().to_vec(),
+                    o.labels().clone(),
+                ));
+            }
+        };
+    }
+    collect!(StatefulSet);
+    collect!(Service);
+    collect!(PodDisruptionBudget);
+    collect!(Deployment);
+    collect!(Job);
+    collect!(ConfigMap);
+    Ok(owned)
+}
 
 /// What must never go backwards across a crash, per App.
 #[derive(Debug, Clone, PartialEq)]
@@ -446,10 +481,7 @@ async fn record(apps: &Api<App>) -> anyhow::Result<std::collections::BTreeMap<St
 #[tokio::test]
 async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -> anyhow::Result<()>
 {
-    use k8s_openapi::api::{
-        apps::v1::StatefulSet, batch::v1::Job, core::v1::Service, policy::v1::PodDisruptionBudget,
-    };
-    use kube::{ResourceExt, api::ListParams};
+    use kube::ResourceExt;
 
     let local = Local::discover()?;
     let client = local.client().await?;
@@ -540,32 +572,7 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
         .into_iter()
         .map(|a| (a.name_any(), a.uid().unwrap_or_default()))
         .collect();
-    let labelled = ListParams::default().labels("wasmop.dev/app");
-    let mut owned: Vec<Owned> = Vec::new();
-    macro_rules! collect {
-        ($ty:ty) => {
-            for o in Api::<$ty>::namespaced(client.clone(), &ns.name)
-                .list(&labelled)
-                .await?
-            {
-                owned.push((
-                    format!("{} {}", stringify!($ty), o.name_any()),
-                    o.labels()
-                        .get("wasmop.dev/app")
-                        .cloned()
-                        .unwrap_or_default(),
-                    o.owner_references().to_vec(),
-                    o.labels().clone(),
-                ));
-            }
-        };
-    }
-    collect!(StatefulSet);
-    collect!(Service);
-    collect!(PodDisruptionBudget);
-    collect!(Deployment);
-    collect!(Job);
-    collect!(ConfigMap);
+    let owned = labelled_objects(&client, &ns.name).await?;
     anyhow::ensure!(
         owned.len() >= FLEET,
         "too few owned objects: {}",
