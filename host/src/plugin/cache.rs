@@ -533,6 +533,33 @@ mod tests {
     }
 
     #[test]
+    fn a_store_fails_with_a_reason_and_leaves_nothing_where_others_may_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("wasmop-cache-shared-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let cache = Cache::bounded(&dir, 1 << 20).expect("a cache");
+        let blob = b"component bytes".to_vec();
+        let digest = Digest::of(&blob);
+        // Someone else may write here: the cache neither writes through nor reads from it.
+        fs::set_permissions(dir.join("blobs"), fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = cache.store_blob(&digest, &blob).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("not this user's alone"), "{err}");
+        assert_eq!(fs::read_dir(dir.join("blobs")).expect("dir").count(), 0);
+        fs::set_permissions(dir.join("blobs"), fs::Permissions::from_mode(0o700)).expect("chmod");
+        cache.store_blob(&digest, &blob).expect("stored");
+        // Stored again while intact: nothing is rewritten, and nothing else is left behind.
+        cache.store_blob(&digest, &blob).expect("kept");
+        let names: Vec<String> = fs::read_dir(dir.join("blobs"))
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec![digest.hex().to_string()]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn only_what_this_installs_key_signed_is_recalled() {
         let dir = std::env::temp_dir().join(format!("wasmop-cache-key-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);

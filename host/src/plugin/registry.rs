@@ -180,15 +180,7 @@ impl PluginRegistry {
         cache: Option<Cache>,
         metrics: PluginMetrics,
     ) -> Arc<Self> {
-        let (changes, _) = broadcast::channel(256);
-        Arc::new(Self {
-            engine,
-            cache,
-            cache_unavailable: None,
-            metrics,
-            entries: RwLock::new(HashMap::new()),
-            changes,
-        })
+        Self::build(engine, cache, None, metrics)
     }
 
     /// An empty registry of a host whose cache could not be opened (`why`): it loads every
@@ -198,11 +190,20 @@ impl PluginRegistry {
         why: String,
         metrics: PluginMetrics,
     ) -> Arc<Self> {
+        Self::build(engine, None, Some(why), metrics)
+    }
+
+    fn build(
+        engine: Arc<PluginEngine>,
+        cache: Option<Cache>,
+        cache_unavailable: Option<String>,
+        metrics: PluginMetrics,
+    ) -> Arc<Self> {
         let (changes, _) = broadcast::channel(256);
         Arc::new(Self {
             engine,
-            cache: None,
-            cache_unavailable: Some(why),
+            cache,
+            cache_unavailable,
             metrics,
             entries: RwLock::new(HashMap::new()),
             changes,
