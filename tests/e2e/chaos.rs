@@ -6,7 +6,8 @@
 //!
 //! - every App Ready at its latest generation and version (some are upgraded a minor);
 //! - every App's main object present, and every object labelled for an App controlled by it;
-//! - every deleted App gone, a `Retain` App's claims kept and a `Delete` App's removed;
+//! - every deleted App gone; claims as kvstore's retention policy says: `Delete` removes the
+//!   data claims and keeps the backups claim, `Retain` keeps every claim;
 //! - the objects the host does not own unchanged;
 //! - each backup slot of an App run at most once (every backup Job seen during the run is
 //!   recorded, including those later expired);
@@ -38,7 +39,7 @@ use serde_json::json;
 use wasmop_host::{app::App, plugin::source::oci::OciSource};
 
 use crate::{
-    apps::{Host, app, live_claims},
+    apps::{Host, app},
     harness::{Local, TestNamespace, component, plugin_configmap, unique, wait_for},
 };
 
@@ -95,8 +96,8 @@ struct Tracked {
     retain: bool,
     /// `spec.version`, which `status.version` must reach.
     version: &'static str,
-    /// The uids of the App's claims when it was deleted.
-    claims: Vec<String>,
+    /// The App's claims when it was deleted: uid and name.
+    claims: Vec<(String, String)>,
 }
 
 /// The actions, by weight.
@@ -305,12 +306,12 @@ impl Soak {
                 let Some(name) = self.rng.pick(&names).cloned() else {
                     return Ok(false);
                 };
-                let claims: Vec<String> =
+                let claims: Vec<(String, String)> =
                     Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
                         .list(&ListParams::default().labels(&format!("{APP_LABEL}={name}")))
                         .await?
                         .into_iter()
-                        .filter_map(|c| c.uid())
+                        .map(|c| (c.uid().unwrap_or_default(), c.name_any()))
                         .collect();
                 self.apps.delete(&name, &DeleteParams::default()).await?;
                 if let Some(mut tracked) = self.live.remove(&name) {
@@ -501,7 +502,13 @@ async fn soak() -> anyhow::Result<()> {
 
     let local = Local::discover()?;
     let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "chaos").await?;
+    // Right after `cluster.sh up` the API server may still refuse writes for a moment.
+    let ns = wait_for(
+        "the API server to create the soak's namespace",
+        Duration::from_secs(60),
+        || async { Ok(TestNamespace::create(&client, "chaos").await.ok()) },
+    )
+    .await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     cms.create(
@@ -754,13 +761,21 @@ async fn soak() -> anyhow::Result<()> {
             retention.push(format!("deleted App {name} still exists"));
             continue;
         }
-        let claims = live_claims(&pvcs, name).await?;
-        if tracked.plugin == Plugin::Kvstore && !tracked.retain && claims > 0 {
-            retention.push(format!("App {name} (Delete): {claims} claims left"));
+        // kvstore's policy (plugins/kvstore/src/finalize.rs): `Delete` deletes the data claims
+        // (`data-<app>-<ordinal>`) and keeps the backups claim; `Retain` keeps every claim.
+        let data_prefix = format!("data-{name}-");
+        let left = pvcs
+            .list(&ListParams::default().labels(&format!("{APP_LABEL}={name}")))
+            .await?
+            .into_iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| c.name_any().starts_with(&data_prefix))
+            .count();
+        if tracked.plugin == Plugin::Kvstore && !tracked.retain && left > 0 {
+            retention.push(format!("App {name} (Delete): {left} data claims left"));
         }
     }
-    // A Retain App's claims: each one it had when it was deleted is still there, and not being
-    // deleted.
+    // Each claim a deleted App had that its policy keeps is still there, and not being deleted.
     let kept: BTreeMap<String, bool> = pvcs
         .list(&ListParams::default().labels(APP_LABEL))
         .await?
@@ -773,14 +788,18 @@ async fn soak() -> anyhow::Result<()> {
         })
         .collect();
     let mut retained = 0;
-    for (name, tracked) in soak.deleted.iter().filter(|(_, t)| t.retain) {
-        for uid in &tracked.claims {
+    for (name, tracked) in &soak.deleted {
+        let data_prefix = format!("data-{name}-");
+        let keeps = |claim: &str| tracked.retain || !claim.starts_with(&data_prefix);
+        for (uid, claim) in tracked.claims.iter().filter(|(_, c)| keeps(c)) {
             match kept.get(uid) {
                 Some(true) => retained += 1,
-                Some(false) => {
-                    retention.push(format!("a claim of Retain App {name} is being deleted"))
-                }
-                None => retention.push(format!("claim {uid} of Retain App {name} was deleted")),
+                Some(false) => retention.push(format!(
+                    "claim {claim} of App {name}, which its policy keeps, is being deleted"
+                )),
+                None => retention.push(format!(
+                    "claim {claim} of App {name}, which its policy keeps, was deleted"
+                )),
             }
         }
     }
@@ -838,7 +857,7 @@ async fn soak() -> anyhow::Result<()> {
     eprintln!("done:    {:?}", soak.done);
     eprintln!("skipped: {:?}", soak.skipped);
     eprintln!(
-        "Apps: {} alive at the end, {} deleted ({retained} claims of Retain Apps checked kept); \
+        "Apps: {} alive at the end, {} deleted ({retained} claims their policy keeps checked kept); \
          {} host processes; {} backup Jobs seen in {} slots",
         live.len(),
         soak.deleted.len(),
