@@ -15,6 +15,10 @@
 //! fails once any link has been failing for longer than `unhealthy_after` or a reconcile has
 //! run that long: a host that cannot recover by itself is restarted by the kubelet. (A
 //! controller loop that ends on its own makes `wasmop run` exit with an error.)
+//!
+//! The same layer counts re-lists (`wasmop_watch_relists_total`): a list of a watch that was
+//! connected before is the watcher re-syncing it, so a burst after an API server restart shows
+//! a relist storm.
 
 use std::{
     collections::{BTreeMap, HashMap},
