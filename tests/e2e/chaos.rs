@@ -200,13 +200,7 @@ impl Soak {
     /// answer lost, not necessarily its effect): Apps deleted or being deleted move to the
     /// deleted ones.
     async fn resync(&mut self) -> anyhow::Result<()> {
-        let on_server: BTreeMap<String, App> = self
-            .apps
-            .list(&ListParams::default())
-            .await?
-            .into_iter()
-            .map(|a| (a.name_any(), a))
-            .collect();
+        let on_server = apps_by_name(&self.apps).await?;
         let gone: Vec<String> = self
             .live
             .keys()
@@ -373,6 +367,16 @@ impl Soak {
         }
         Ok(true)
     }
+}
+
+/// The namespace's Apps as the API server has them, by name.
+async fn apps_by_name(apps: &Api<App>) -> anyhow::Result<BTreeMap<String, App>> {
+    Ok(apps
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .map(|a| (a.name_any(), a))
+        .collect())
 }
 
 /// Puts the component `file` into the hello Apps' plugin ConfigMap.
@@ -630,12 +634,7 @@ async fn soak() -> anyhow::Result<()> {
     // Converged: every App at its generation and version, Available and PluginReady True on the
     // healed plugin, every deleted App gone; twice in a row, a second apart.
     let settled = || async {
-        let on_server: BTreeMap<String, App> = apps
-            .list(&ListParams::default())
-            .await?
-            .into_iter()
-            .map(|a| (a.name_any(), a))
-            .collect();
+        let on_server = apps_by_name(&apps).await?;
         let pending = live.iter().any(|(name, tracked)| {
             let Some(app) = on_server.get(name) else {
                 return true;
@@ -673,12 +672,7 @@ async fn soak() -> anyhow::Result<()> {
     // Invariants.
     let mut results: Vec<(&str, Vec<String>)> = Vec::new();
     let mut ready = Vec::new();
-    let all: BTreeMap<String, App> = apps
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
-        .map(|a| (a.name_any(), a))
-        .collect();
+    let all = apps_by_name(&apps).await?;
     for (name, tracked) in &live {
         match all.get(name) {
             None => ready.push(format!("App {name} is gone")),
