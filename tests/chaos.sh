@@ -13,6 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source deploy/local/env.sh
+source tests/local-only.sh
 
 minutes=10
 seed=""

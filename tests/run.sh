@@ -10,6 +10,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source deploy/local/env.sh
+source tests/local-only.sh
 
 step() { printf '\n==> %s\n' "$*"; }
 only="${1:-all}"

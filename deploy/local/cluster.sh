@@ -103,6 +103,7 @@ EOF
   cat >"$STATE/env" <<EOF
 # Written by deploy/local/cluster.sh; source it to talk to the local cluster and registry.
 export KUBECONFIG=$STATE/kubeconfig
+export WASMOP_APISERVER=https://127.0.0.1:$APISERVER_PORT
 export WASMOP_REGISTRY=127.0.0.1:$REGISTRY_PORT
 export WASMOP_KUBECTL=$K8S_BIN/kubectl
 export PATH=$K8S_BIN:\$PATH

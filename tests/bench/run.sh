@@ -15,6 +15,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 source deploy/local/env.sh
+source tests/local-only.sh
 
 # The largest N decides how many 110-Pod nodes kwok needs: one Pod per hello App, three per
 # kvstore App, and room to spare.
@@ -40,13 +41,13 @@ cargo build --locked --release -p wasmop-host -p wasmop-bench
 
 echo "==> the local cluster with $nodes nodes"
 deploy/local/cluster.sh up --nodes "$nodes"
-source target/local/env
+source "$WASMOP_LOCAL_STATE/env"
 
 # One client certificate per variant, signed by the local CA, in system:masters like the
 # admin: the host's own RBAC is not what is measured; the names tell the audit log apart.
-bench="$ROOT/target/local/bench"
+bench="$WASMOP_LOCAL_STATE/bench"
 mkdir -p "$bench"
-pki="$ROOT/target/local/pki"
+pki="$WASMOP_LOCAL_STATE/pki"
 for who in wasm native bare; do
   user="wasmop-bench-$who"
   if [[ ! -f "$bench/$who.crt" ]]; then
@@ -64,5 +65,5 @@ done
 export WASMOP_BIN="$CARGO_TARGET_DIR/release/wasmop"
 [[ -x "$CARGO_TARGET_DIR/release/wasmop-native" ]] && export WASMOP_NATIVE_BIN="$CARGO_TARGET_DIR/release/wasmop-native"
 export WASMOP_BENCH_DIR="$bench"
-export WASMOP_AUDIT_LOG="$ROOT/target/local/logs/audit.log"
+export WASMOP_AUDIT_LOG="$WASMOP_LOCAL_STATE/logs/audit.log"
 exec "$CARGO_TARGET_DIR/release/wasmop-bench" "$@"

@@ -220,10 +220,7 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
     let kubeconfig =
         impersonating_kubeconfig(&local, "system:serviceaccount:wasmop-system:wasmop")?;
     // The impersonation is real: the ServiceAccount may not read Secrets.
-    let sa = Local {
-        kubeconfig: kubeconfig.clone(),
-        registry: local.registry.clone(),
-    };
+    let sa = local.with_kubeconfig(kubeconfig.clone());
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(sa.client().await?);
     match secrets.list(&Default::default()).await {
         Err(kube::Error::Api(status)) if status.code == 403 => {}

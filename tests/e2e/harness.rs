@@ -16,25 +16,48 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-/// The environment `deploy/local/cluster.sh` describes in `target/local/env`.
+/// The local cluster and registry `deploy/local/cluster.sh` started, as it describes them in
+/// its state directory (`$WASMOP_LOCAL_STATE`, default `target/local/`), and nothing else: the
+/// shell's `KUBECONFIG`, `WASMOP_REGISTRY` and `~/.kube/config` are never read, so a test can
+/// only ever touch the cluster the test scripts started.
 pub struct Local {
     /// Path of the kubeconfig for the local cluster.
     pub kubeconfig: PathBuf,
     /// `host:port` of the local OCI registry.
     pub registry: String,
+    /// The API server's URL as `cluster.sh` wrote it (`https://127.0.0.1:PORT`); a kubeconfig
+    /// naming any other server is refused before a request is sent.
+    api_server: String,
 }
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The local cluster's state directory: `$WASMOP_LOCAL_STATE`, as `cluster.sh` reads it.
+pub fn local_state() -> PathBuf {
+    std::env::var_os("WASMOP_LOCAL_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/local"))
+}
+
+/// Whether `host` (of a URL or a `host:port`) is a loopback address: everything the local
+/// cluster serves listens on 127.0.0.1 only.
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
 impl Local {
-    /// Reads the env file of the local cluster; variables already set in the environment win.
+    /// Reads the env file `deploy/local/cluster.sh` wrote in [`local_state`].
     pub fn discover() -> anyhow::Result<Self> {
-        let env_file = std::env::var_os("WASMOP_LOCAL_STATE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target/local"))
-            .join("env");
+        Self::discover_in(&local_state())
+    }
+
+    /// Reads the env file of the local cluster whose state directory is `state`.
+    pub fn discover_in(state: &Path) -> anyhow::Result<Self> {
+        let env_file = state.join("env");
         let text = std::fs::read_to_string(&env_file).with_context(|| {
             format!(
                 "reading {}: start the local cluster with deploy/local/cluster.sh up",
@@ -47,25 +70,73 @@ impl Local {
             .filter_map(|line| line.split_once('='))
             .collect();
         let var = |name: &str| -> anyhow::Result<String> {
-            std::env::var(name)
-                .ok()
-                .or_else(|| file.get(name).map(|v| v.to_string()))
-                .with_context(|| format!("{name} is neither set nor in {}", env_file.display()))
+            file.get(name).map(|v| v.to_string()).with_context(|| {
+                format!(
+                    "{name} is not in {}: restart the local cluster with deploy/local/cluster.sh up",
+                    env_file.display()
+                )
+            })
         };
+        let registry = var("WASMOP_REGISTRY")?;
+        let registry_host = registry
+            .rsplit_once(':')
+            .map_or(registry.as_str(), |(h, _)| h);
+        if !is_loopback_host(registry_host) {
+            bail!(
+                "refusing registry {registry} from {}: the tests use only the local registry on \
+                 loopback",
+                env_file.display()
+            );
+        }
         Ok(Self {
             kubeconfig: PathBuf::from(var("KUBECONFIG")?),
-            registry: var("WASMOP_REGISTRY")?,
+            registry,
+            api_server: var("WASMOP_APISERVER")?,
         })
     }
 
-    /// A client for the local cluster, from its kubeconfig (not whatever the shell points at).
+    /// A client for the local cluster, from its kubeconfig; an error naming the server, before
+    /// any request, if the kubeconfig points anywhere but the local API server.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .context("building a client config from the local kubeconfig")?;
+        self.ensure_local(&config)?;
         Client::try_from(config).context("building a client for the local cluster")
+    }
+
+    /// The same cluster through another kubeconfig (another identity on the same local API
+    /// server; [`Local::client`] still refuses any other server).
+    pub fn with_kubeconfig(&self, kubeconfig: PathBuf) -> Self {
+        Self {
+            kubeconfig,
+            registry: self.registry.clone(),
+            api_server: self.api_server.clone(),
+        }
+    }
+
+    /// The local API server's URL, `https://127.0.0.1:PORT`.
+    pub fn api_server(&self) -> &str {
+        &self.api_server
+    }
+
+    /// Refuses a client configuration for any API server but the local one.
+    fn ensure_local(&self, config: &Config) -> anyhow::Result<()> {
+        let server = config.cluster_url.to_string();
+        let host = config.cluster_url.host().unwrap_or_default();
+        if server.trim_end_matches('/') != self.api_server.trim_end_matches('/')
+            || !is_loopback_host(host)
+        {
+            bail!(
+                "refusing API server {server} (from {}): the tests use only the local cluster at \
+                 {}",
+                self.kubeconfig.display(),
+                self.api_server
+            );
+        }
+        Ok(())
     }
 }
 
@@ -164,10 +235,7 @@ pub fn tool(var: &str, name: &str, part: &str) -> anyhow::Result<PathBuf> {
         Ok(value) => value,
         Err(_) => {
             // Where setup.sh wrote it: $WASMOP_LOCAL_STATE, as Local::discover reads it.
-            let state = std::env::var_os("WASMOP_LOCAL_STATE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/local"));
-            let env = state.join("tools.env");
+            let env = local_state().join("tools.env");
             let text = std::fs::read_to_string(&env).with_context(|| {
                 format!(
                     "reading {}: run deploy/local/setup.sh {part}",

@@ -16,6 +16,7 @@ mod faults;
 mod helm;
 mod host;
 mod interop;
+mod isolation;
 mod journey;
 mod plugin_sources;
 mod policy;

@@ -201,6 +201,29 @@ fn var(name: &str) -> anyhow::Result<String> {
     std::env::var(name).with_context(|| format!("{name} is not set: run tests/bench/run.sh"))
 }
 
+/// The admin client of the local cluster, from the kubeconfig `deploy/local/cluster.sh` wrote
+/// in `$WASMOP_LOCAL_STATE` (never the shell's `KUBECONFIG`), refused before any request if it
+/// names an API server off loopback.
+async fn local_admin() -> anyhow::Result<Client> {
+    let path = PathBuf::from(var("WASMOP_LOCAL_STATE")?).join("kubeconfig");
+    let kubeconfig =
+        Kubeconfig::read_from(&path).with_context(|| format!("reading {}", path.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let local = config
+        .cluster_url
+        .host()
+        .and_then(|h| h.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok())
+        .is_some_and(|ip| ip.is_loopback());
+    anyhow::ensure!(
+        local,
+        "refusing API server {} (from {}): the benchmark uses only the local cluster",
+        config.cluster_url,
+        path.display()
+    );
+    Ok(Client::try_from(config)?)
+}
+
 impl Env {
     /// CPU seconds kube-apiserver and etcd (as `deploy/local/cluster.sh` started them) have
     /// used so far.
@@ -222,9 +245,7 @@ impl Env {
             binaries.push((Variant::Native, PathBuf::from(native)));
         }
         Ok(Self {
-            admin: Client::try_default()
-                .await
-                .context("a client from KUBECONFIG")?,
+            admin: local_admin().await?,
             registry: var("WASMOP_REGISTRY")?,
             binaries,
             dir: PathBuf::from(var("WASMOP_BENCH_DIR")?),
