@@ -10,6 +10,7 @@ use crate::{
     answers::{BackupDecision, GateDecision, HealthReport, Plan},
     capability::Capability,
     object::PluginObject,
+    observed::ObservedObject,
 };
 
 /// Why a call or a check failed: a CamelCase reason for the condition and a message for people.
@@ -51,13 +52,34 @@ pub trait PlanCheck {
     /// or why the plan may not be applied (the reason is `PlanRejected`).
     fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure>;
     /// Checks a backup Job before it is created; `accounts` are the ServiceAccounts the App's
-    /// plan created, which its pods may run as.
+    /// plan created, which its pods may run as, and `claims` the PersistentVolumeClaims labelled
+    /// with the App, which its pods may mount.
     fn check_backup_job(
         &self,
         slot: &str,
         job: &PluginObject,
         accounts: &BTreeSet<String>,
+        claims: &BTreeSet<String>,
     ) -> Result<(), Failure>;
     /// Whether an owned object of this kind that the plan no longer holds may be deleted.
     fn prunable(&self, api_version: &str, kind: &str) -> bool;
+    /// The most PersistentVolumeClaims the App may hold ([`crate::claims`]).
+    fn max_claims(&self) -> usize {
+        crate::claims::DEFAULT_MAX_CLAIMS
+    }
+    /// Why `object`, which the App owns and which was applied under the rules in force then,
+    /// breaks the rules in force now (a policy tightened since), naming the object, the field
+    /// and the rule; `None` when it does not. `observed` is everything the host holds of the
+    /// App (what its pods may use: its ServiceAccounts and claims). Only the rules on what an
+    /// object does are asked, not those on how a plan writes it (metadata the host stamped,
+    /// `status` the cluster wrote).
+    fn check_live(&self, object: &ObservedObject, observed: &[ObservedObject]) -> Option<String> {
+        let _ = (object, observed);
+        None
+    }
+    /// Whether live objects that break the rules in force are deleted (a policy's
+    /// `enforcement: Remove`) rather than only reported.
+    fn removes_violations(&self) -> bool {
+        false
+    }
 }

@@ -7,7 +7,8 @@
 //! 1. plugin state: a refused namespace or source, a plugin still loading or broken, holds the
 //!    App as it is and says why;
 //! 2. upgrade: which version to render (asks `upgrade.gate` when `spec.version` moved);
-//! 3. plan: `spec-diff.plan` at that version, checked whole by the [`PlanCheck`];
+//! 3. plan: `spec-diff.plan` at that version, checked whole by the [`PlanCheck`], and the
+//!    claims the App would then hold counted against its limit ([`crate::claims`]);
 //! 4. apply and prune: the planned objects stamped, those not already in place to apply, the
 //!    owned objects no longer planned to delete;
 //! 5. health: `health.check` at the rendered version: conditions, phase, whether the rollout
@@ -20,7 +21,10 @@
 //!
 //! A plugin call that fails, or a plan the check refuses, stops at that stage: nothing is
 //! applied or deleted, the status keeps what it knew and adds `Degraded` with the reason, and
-//! the App backs off.
+//! the App backs off. What the App already runs is then held to the rules in force now (a
+//! policy may have tightened since it was applied): an owned object that breaks them makes the
+//! reason `PolicyViolation`, naming it, and is deleted when the policy's enforcement is
+//! `Remove` ([`PlanCheck::check_live`]).
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -201,7 +205,17 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
     );
     match stages {
         Ok(outcome) => finish(snapshot, Some(status), outcome, events, writes),
-        Err(failure) => {
+        Err(mut failure) => {
+            // Nothing of the plan will be applied: what the App already runs stays, so it must
+            // still be within the rules (a policy may have tightened since it was applied).
+            // Only when the plan itself is refused: a call that timed out or found no budget
+            // says nothing about the rules, and must not delete anything.
+            if !writes.plan_checked
+                && failure.reason == "PlanRejected"
+                && let Some(violation) = live_violations(snapshot, check, &mut events, &mut writes)
+            {
+                failure = violation;
+            }
             if failure.reason == "PlanRejected" || failure.reason == "ApplyRejected" {
                 events.push(Event::warning(failure.reason, failure.message.clone()));
             }
@@ -285,9 +299,59 @@ fn failed_outcome(previous: &AppStatus, plugin_ready: Cond, failure: Failure) ->
     )
 }
 
+/// When the plan is not applied: the objects the App owns that break the rules in force now,
+/// as a `PolicyViolation` failure naming them; under a policy that removes violations, they are
+/// also pruned (with a Warning event naming them).
+fn live_violations(
+    snapshot: &Snapshot,
+    check: &dyn PlanCheck,
+    events: &mut Vec<Event>,
+    writes: &mut Writes,
+) -> Option<Failure> {
+    let found: Vec<(ObjectKey, String)> = snapshot
+        .observed
+        .iter()
+        .filter(|o| o.owned)
+        .filter_map(|o| {
+            let why = check.check_live(o, &snapshot.observed)?;
+            let key = ObjectKey {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            };
+            Some((key, why))
+        })
+        .collect();
+    let (first_key, first) = found.first()?;
+    let more = match found.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    let message = if check.removes_violations() {
+        let names: Vec<String> = found.iter().map(|(k, _)| k.to_string()).collect();
+        events.push(Event::warning(
+            "PolicyViolationRemoved",
+            format!(
+                "deleted {}: they break the rules in force now",
+                names.join(", ")
+            ),
+        ));
+        writes.prune = found.iter().map(|(k, _)| k.clone()).collect();
+        format!("{first}{more}; deleted, as the policy's enforcement is Remove")
+    } else {
+        format!(
+            "{first}{more}; {first_key} keeps running as applied under an earlier policy \
+             (the policy's enforcement Remove would delete it)"
+        )
+    };
+    Some(Failure::new("PolicyViolation", message))
+}
+
 /// The writes the stages decided.
 #[derive(Default)]
 struct Writes {
+    /// The plan passed every check (its objects are in `apply` or in place).
+    plan_checked: bool,
     adopt: Vec<ObjectKey>,
     apply: Vec<crate::object::PluginObject>,
     in_place: usize,
@@ -378,6 +442,8 @@ fn stages(
     }
     let plan = calls.plan(previous.version.as_deref(), &render)?;
     let objects = check.check_plan(plan.objects)?;
+    crate::claims::within_limit(&objects, observed, check.max_claims())?;
+    writes.plan_checked = true;
 
     // apply, prune
     let ours: BTreeSet<(&str, &str, &str)> = observed
@@ -487,8 +553,22 @@ fn stages(
                 .filter(|o| o.kind == "ServiceAccount" && o.owned)
                 .map(|o| o.name.clone())
                 .collect();
+            // ... and mount the App's claims: those labelled with it (every claim observed is)
+            // and those this reconcile's plan applies (a new App's first backup may be due
+            // before its claim is observed).
+            let claims: BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.kind == "PersistentVolumeClaim" && o.api_version == "v1")
+                .map(|o| o.name.clone())
+                .chain(
+                    planned
+                        .iter()
+                        .filter(|k| k.kind == "PersistentVolumeClaim" && k.api_version == "v1")
+                        .map(|k| k.name.clone()),
+                )
+                .collect();
             check
-                .check_backup_job(&slot, &job, &accounts)
+                .check_backup_job(&slot, &job, &accounts, &claims)
                 .map_err(|f| {
                     Failure::new(f.reason, format!("backup of slot {slot}: {}", f.message))
                 })?;
@@ -713,6 +793,7 @@ impl PlanCheck for NoPlugin {
         &self,
         _: &str,
         _: &crate::object::PluginObject,
+        _: &BTreeSet<String>,
         _: &BTreeSet<String>,
     ) -> Result<(), Failure> {
         Err(no_plugin())

@@ -76,7 +76,7 @@ impl Event {
         Self {
             warning: false,
             reason: reason.into(),
-            note: note.into(),
+            note: crate::status::bounded(note.into()),
         }
     }
 
@@ -85,7 +85,7 @@ impl Event {
         Self {
             warning: true,
             reason: reason.into(),
-            note: note.into(),
+            note: crate::status::bounded(note.into()),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod answers;
 pub mod backup;
 pub mod calls;
 pub mod capability;
+pub mod claims;
 pub mod decide;
 pub mod decision;
 pub mod health;

@@ -128,12 +128,23 @@ pub fn merge_conditions(
                 type_: c.type_,
                 status: c.status.to_string(),
                 reason: c.reason,
-                message: truncate(c.message, 1024),
+                message: bounded(c.message),
                 observed_generation: generation,
                 last_transition_time,
             }
         })
         .collect()
+}
+
+/// The most bytes of plugin-influenced text the host writes into a status field or an Event
+/// (a condition message, an upgrade gate's reason, an Event's note): Kubernetes' own
+/// `Condition.message` has no limit, so without one a plugin could write up to its output
+/// cap into etcd on every reconcile.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary, marked `…` when cut.
+pub fn bounded(message: String) -> String {
+    truncate(message, MAX_MESSAGE_BYTES)
 }
 
 fn truncate(mut message: String, max: usize) -> String {

@@ -85,7 +85,8 @@ pub fn after_gate(from: &str, to: &str, decision: &GateDecision) -> (String, Upg
         from: from.to_string(),
         to: to.to_string(),
         state: state.as_str().to_string(),
-        reason: reason.to_string(),
+        // The gate's words reach `status.upgrade.reason` verbatim otherwise.
+        reason: crate::status::bounded(reason.to_string()),
     };
     match decision {
         GateDecision::Allow => (to.to_string(), record(GateState::Allowed, "")),
@@ -97,6 +98,16 @@ pub fn after_gate(from: &str, to: &str, decision: &GateDecision) -> (String, Upg
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_reason_reaches_the_status_bounded() {
+        let (_, record) = after_gate("1.0.0", "1.1.0", &GateDecision::Wait("w".repeat(1 << 20)));
+        assert!(
+            record.reason.len() <= crate::status::MAX_MESSAGE_BYTES + '…'.len_utf8(),
+            "{} bytes",
+            record.reason.len()
+        );
+    }
 
     #[test]
     fn a_new_app_installs_the_desired_version() {

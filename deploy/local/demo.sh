@@ -61,7 +61,9 @@ say "installing the CRDs and starting the host"
 kubectl apply --server-side -k deploy/crds/ >/dev/null
 stop_host
 mkdir -p "$STATE/logs" "$STATE/pids"
+# The local registry is on loopback, a private address the host reaches only when told.
 setsid "$WASMOP" run --listen "$LISTEN" --poll-interval "$POLL" --cache-dir "$STATE/plugin-cache" \
+  --allow-private-registries 127.0.0.0/8 \
   >>"$STATE/logs/wasmop.log" 2>&1 </dev/null &
 echo $! >"$PIDFILE"
 HOST_PID="$(cat "$PIDFILE")"

@@ -4,6 +4,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::plugin::source::oci::reach::PrivateNetworks;
+
 /// wasmop: a Kubernetes operator host whose domain logic lives in sandboxed Wasm plugins.
 #[derive(Debug, Parser)]
 #[command(name = "wasmop", version, about)]
@@ -202,6 +204,20 @@ pub struct RunArgs {
     )]
     pub insecure_registries: Vec<String>,
 
+    /// Private networks plugin registries may be reached in, as CIDRs (`10.0.0.0/8`,
+    /// `127.0.0.1/32`, `fd00::/8`), comma-separated or repeated; empty: none. Without them, a
+    /// registry (or a token service, or a redirect) at a private, loopback or CGNAT address is
+    /// refused unless the App's PluginPolicy lists it in `registries`: an App's author must not
+    /// reach the host's network through it. Link-local and metadata addresses are refused
+    /// whatever this says.
+    #[arg(
+        long = "allow-private-registries",
+        env = "WASMOP_ALLOW_PRIVATE_REGISTRIES",
+        value_name = "CIDR,...",
+        value_parser = PrivateNetworks::parse
+    )]
+    pub allow_private_registries: Vec<PrivateNetworks>,
+
     /// A docker `config.json` with registry credentials (mount a dockerconfigjson pull secret).
     #[arg(long, env = "WASMOP_REGISTRY_CONFIG")]
     pub registry_config: Option<PathBuf>,
@@ -356,6 +372,52 @@ mod tests {
         assert!(parse_bytes("1GB").is_err_and(|e| e.contains("unknown unit")));
         assert!(parse_bytes("Mi").is_err());
         assert!(parse_bytes("99999999999999Gi").is_err_and(|e| e.contains("too large")));
+    }
+
+    #[test]
+    fn private_registry_networks_parse_and_a_bad_entry_is_named() {
+        let run = |args: &[&str]| {
+            let mut argv = vec!["wasmop", "run"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|cli| match cli.command {
+                Command::Run(args) => {
+                    PrivateNetworks::union(args.allow_private_registries).to_string()
+                }
+                other => panic!("not run: {other:?}"),
+            })
+        };
+        for (args, want) in [
+            (&[][..], "none"),
+            (&["--allow-private-registries="][..], "none"),
+            (
+                &["--allow-private-registries", "127.0.0.0/8"][..],
+                "127.0.0.0/8",
+            ),
+            // A list, an address alone, host bits past the prefix, IPv6, the flag repeated.
+            (
+                &[
+                    "--allow-private-registries=10.1.2.3/8,192.168.1.7",
+                    "--allow-private-registries",
+                    "fd00::/8",
+                ][..],
+                "10.0.0.0/8,192.168.1.7/32,fd00::/8",
+            ),
+        ] {
+            assert_eq!(run(args).expect("valid"), want, "{args:?}");
+        }
+        for (bad, named) in [
+            ("10.0.0.0/8,10.0.0/8", "\"10.0.0/8\""),
+            ("10.0.0.0/33", "\"10.0.0.0/33\""),
+            ("registry.internal", "\"registry.internal\""),
+        ] {
+            let err = run(&["--allow-private-registries", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                err.contains(named) && err.contains("is not a CIDR"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! the registry wrote, and the process's peak RSS must stay within a few MiB. The registry runs
 //! in a child process (this test binary again, running only `serve_hostile_registry`), so that
 //! the peak measured is the puller's alone.
+//!
+//! Then where the puller may connect at all: a registry on a private address (a loopback one
+//! here) is refused, by address and by a name resolving to it, unless the host allows the
+//! network or a policy vouches for the registry; and registries that cannot be reached read the
+//! same in status however they fail (nothing listening, a full accept queue, a silent listener,
+//! a service that is not HTTP, a connection reset), so status is no port scanner.
 
 mod support;
 
@@ -13,6 +19,10 @@ use std::{
     convert::Infallible,
     io::{BufRead, BufReader},
     process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -31,7 +41,7 @@ use wasmop_host::plugin::{
     Digest, LoadError,
     source::{
         OciRef, SourceRef,
-        oci::{OciSource, pull::PullLimits},
+        oci::{OciSource, pull::PullLimits, reach::PrivateNetworks},
     },
 };
 
@@ -212,7 +222,9 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
         total: Duration::from_secs(4),
         ..PullLimits::default()
     };
-    let oci = OciSource::with_limits(None, Vec::new(), limits).expect("a source");
+    let oci = OciSource::with_limits(None, Vec::new(), limits)
+        .expect("a source")
+        .with_private_networks(loopback());
     // One plain miss first, so that what the first request of a process sets up once (the
     // connection pool, the runtime's worker threads) is not counted as the attacks' cost.
     let missing = OciRef::anonymous(format!("127.0.0.1:{port}/missing:1"));
@@ -322,4 +334,229 @@ async fn a_hostile_registry_gets_specific_errors_in_time_and_no_memory() {
         .await
         .expect("under a raised cap");
     assert_eq!(fetched.bytes.len(), NINE_MIB);
+}
+
+/// The loopback network, as the local demo and the tests allow it.
+fn loopback() -> PrivateNetworks {
+    PrivateNetworks::parse("127.0.0.0/8").expect("a CIDR")
+}
+
+/// A registry on 127.0.0.1 that has nothing (404 for everything) and counts what it was asked.
+async fn empty_registry() -> (u16, Arc<AtomicUsize>) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let counter = asked.clone();
+    let router = Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { StatusCode::NOT_FOUND }
+    });
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (port, asked)
+}
+
+#[tokio::test]
+async fn private_registries_are_refused_unless_the_host_or_a_policy_allows_them() {
+    let (port, asked) = empty_registry().await;
+    let strict = OciSource::new(None, Vec::new()).expect("a source");
+    let allowing = OciSource::new(None, Vec::new())
+        .expect("a source")
+        .with_private_networks(loopback());
+    let vouched = |authority: String, reference: String| OciRef {
+        realm_hosts: Some(vec![authority]),
+        ..OciRef::anonymous(reference)
+    };
+    let refused_literal = "refused: 127.0.0.1 is a private address; allow it with \
+                           --allow-private-registries or a PluginPolicy's registries";
+    let refused_name = "refused: localhost resolves to a private address; allow it with \
+                        --allow-private-registries or a PluginPolicy's registries";
+    let reached = "404 Not Found";
+    let cases = [
+        // Nothing allows it: refused by address, and by a name that resolves to it.
+        (
+            &strict,
+            OciRef::anonymous(format!("127.0.0.1:{port}/p:1")),
+            refused_literal,
+        ),
+        (
+            &strict,
+            OciRef::anonymous(format!("localhost:{port}/p:1")),
+            refused_name,
+        ),
+        // A policy whose registries name this host and port vouches for it...
+        (
+            &strict,
+            vouched(format!("127.0.0.1:{port}"), format!("127.0.0.1:{port}/p:1")),
+            reached,
+        ),
+        (
+            &strict,
+            vouched(format!("localhost:{port}"), format!("localhost:{port}/p:1")),
+            reached,
+        ),
+        // ... and for no other port of it.
+        (
+            &strict,
+            vouched("127.0.0.1:1".into(), format!("127.0.0.1:{port}/p:1")),
+            refused_literal,
+        ),
+        (
+            &strict,
+            vouched("localhost:1".into(), format!("localhost:{port}/p:1")),
+            "a PluginPolicy's registries let localhost be private only on the port they name",
+        ),
+        // The host's --allow-private-registries allows the network for every App.
+        (
+            &allowing,
+            OciRef::anonymous(format!("127.0.0.1:{port}/p:1")),
+            reached,
+        ),
+        (
+            &allowing,
+            OciRef::anonymous(format!("localhost:{port}/p:1")),
+            reached,
+        ),
+    ];
+    let mut reaching = 0;
+    for (oci, reference, words) in cases {
+        let err = oci
+            .resolve(&SourceRef::Oci(reference.clone()), &reference)
+            .await
+            .expect_err("the registry has nothing");
+        println!("{}: {err}", reference.reference);
+        assert!(
+            matches!(err, LoadError::Fetch { .. }) && err.to_string().contains(words),
+            "{}: {err}",
+            reference.reference
+        );
+        if words == reached {
+            reaching += 1;
+        }
+    }
+    // A refused registry was never asked anything.
+    assert_eq!(asked.load(Ordering::SeqCst), reaching);
+}
+
+/// The text of `err` with `port` written as `PORT`.
+fn without_port(err: &LoadError, port: u16) -> String {
+    err.to_string().replace(&port.to_string(), "PORT")
+}
+
+/// A listener on 127.0.0.1 that accepts connections and hands each to `serve`.
+async fn listener<F, Fut>(serve: F) -> u16
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream));
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_registries_read_the_same_however_they_fail() {
+    use tokio::io::AsyncWriteExt as _;
+
+    // Nothing listening: the connection is refused at once.
+    let closed = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        socket.local_addr().expect("its address").port()
+    };
+    // A full accept queue: further SYNs go unanswered, as at a filtering firewall.
+    let queue = tokio::net::TcpSocket::new_v4().expect("a socket");
+    queue
+        .bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("a loopback port");
+    let queue = queue.listen(0).expect("listening");
+    let filtered = queue.local_addr().expect("its address").port();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(stream)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(("127.0.0.1", filtered)),
+        )
+        .await
+        {
+            fillers.push(stream);
+        }
+    }
+    // Accepts and never answers.
+    let silent = listener(|stream| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(stream);
+    })
+    .await;
+    // Open, but another protocol: it greets first, as SSH does.
+    let not_http = listener(|mut stream| async move {
+        let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
+    // Accepts and closes at once.
+    let reset = listener(|stream| async move { drop(stream) }).await;
+
+    let limits = PullLimits {
+        connect: Duration::from_secs(1),
+        read: Duration::from_secs(1),
+        total: Duration::from_secs(3),
+        ..PullLimits::default()
+    };
+    // The whole operation's limit running out first, in another host.
+    let short_total = PullLimits {
+        read: Duration::from_secs(5),
+        total: Duration::from_secs(1),
+        ..limits
+    };
+    let source = |limits| {
+        OciSource::with_limits(None, Vec::new(), limits)
+            .expect("a source")
+            .with_private_networks(loopback())
+    };
+    let (oci, short) = (source(limits), source(short_total));
+    let mut texts = Vec::new();
+    for (what, oci, port) in [
+        ("closed", &oci, closed),
+        ("filtered", &oci, filtered),
+        ("silent", &oci, silent),
+        ("silent, total limit", &short, silent),
+        ("not HTTP", &oci, not_http),
+        ("reset", &oci, reset),
+    ] {
+        let reference = OciRef::anonymous(format!("127.0.0.1:{port}/x/y:z"));
+        let source = SourceRef::Oci(reference.clone());
+        let start = Instant::now();
+        let resolved = oci.resolve(&source, &reference).await.expect_err(what);
+        let fetched = oci.fetch(&source, &reference).await.expect_err(what);
+        println!("{what}: {resolved} / {fetched} ({:?})", start.elapsed());
+        texts.push((
+            what,
+            without_port(&resolved, port),
+            without_port(&fetched, port),
+        ));
+    }
+    drop(fillers);
+    let (_, resolved, fetched) = texts[0].clone();
+    assert_eq!(
+        resolved,
+        "fetching plugin 127.0.0.1:PORT/x/y:z: resolving 127.0.0.1:PORT/x/y:z: registry \
+         127.0.0.1:PORT could not be reached"
+    );
+    assert_eq!(
+        fetched,
+        "fetching plugin 127.0.0.1:PORT/x/y:z: pulling 127.0.0.1:PORT/x/y:z: registry \
+         127.0.0.1:PORT could not be reached"
+    );
+    for (what, other_resolved, other_fetched) in &texts {
+        assert_eq!(other_resolved, &resolved, "{what}");
+        assert_eq!(other_fetched, &fetched, "{what}");
+    }
 }

@@ -50,10 +50,15 @@ async fn calls_past_the_budget_wait_instead_of_exhausting_the_host() {
             let (fault, app) = (Arc::clone(&fault), Arc::clone(&app));
             tokio::spawn(async move {
                 fault
-                    .run("spec-diff", limits.memory_bytes, move |plugin, engine| {
-                        let cx = AppContext::new(app.as_ref(), [], 0);
-                        plugin.call_plan(engine, &limits, CallTags::default(), &cx, None, "1")
-                    })
+                    .run(
+                        "spec-diff",
+                        "default",
+                        limits.memory_bytes,
+                        move |plugin, engine| {
+                            let cx = AppContext::new(app.as_ref(), [], 0);
+                            plugin.call_plan(engine, &limits, CallTags::default(), &cx, None, "1")
+                        },
+                    )
                     .await
             })
         })

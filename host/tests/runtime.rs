@@ -560,6 +560,7 @@ async fn a_bad_version_never_replaces_a_good_one() {
     let result = in_flight
         .run(
             "spec-diff",
+            "default",
             CallLimits::default().memory_bytes,
             move |plugin, engine| {
                 let cx = AppContext::new(&app, [], 0);

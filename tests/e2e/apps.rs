@@ -57,7 +57,9 @@ impl Host {
         Self::start_env(kubeconfig, namespace, extra, identity, &[]).await
     }
 
-    /// Starts the host with the credentials of `kubeconfig` and `env` besides.
+    /// Starts the host with the credentials of `kubeconfig` and `env` besides, allowing the
+    /// loopback registries of the tests (`--allow-private-registries 127.0.0.0/8`) unless
+    /// `extra` says otherwise.
     pub async fn start_env(
         kubeconfig: &std::path::Path,
         namespace: &str,
@@ -83,6 +85,14 @@ impl Host {
         .collect();
         if let Some(cache) = &cache {
             args.extend(["--cache-dir".into(), cache.clone().into_os_string()]);
+        }
+        // The tests' registries are on loopback, a private address the host refuses unless
+        // told; a caller that passes its own allowance gets only that.
+        if !extra
+            .iter()
+            .any(|arg| arg.starts_with("--allow-private-registries"))
+        {
+            args.extend(["--allow-private-registries".into(), "127.0.0.0/8".into()]);
         }
         args.extend(extra.iter().map(Into::into));
         let mut env = env.to_vec();

@@ -7,7 +7,9 @@
 
 mod harness;
 
+mod admission_policy;
 mod apps;
+mod bounds;
 mod chaos;
 mod cli;
 mod cluster;

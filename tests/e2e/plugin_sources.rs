@@ -21,7 +21,10 @@ use wasmop_host::plugin::{
     engine::PluginEngine,
     metrics::PluginMetrics,
     registry::PluginRegistry,
-    source::{OciRef, SourceRef, oci::OciSource},
+    source::{
+        OciRef, SourceRef,
+        oci::{OciSource, reach::PrivateNetworks},
+    },
     watch::SourceWatcher,
 };
 
@@ -35,7 +38,10 @@ fn runtime(
 ) -> anyhow::Result<(Arc<PluginRegistry>, Arc<SourceWatcher>)> {
     let engine = PluginEngine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let registry = PluginRegistry::new(engine, cache, PluginMetrics::unregistered());
-    let oci = Arc::new(OciSource::new(None, vec![])?);
+    // The tests' registries are on loopback, which the host reaches only where allowed.
+    let oci = Arc::new(
+        OciSource::new(None, vec![])?.with_private_networks(PrivateNetworks::parse("127.0.0.0/8")?),
+    );
     let watcher = SourceWatcher::new(registry.clone(), oci, client, POLL, None);
     Ok((registry, watcher))
 }
@@ -73,7 +79,7 @@ async fn a_tag_pushed_again_swaps_live_and_a_bad_push_keeps_the_good_version() -
     pusher.push_unchecked(&reference, &hello).await?;
     let (registry, watcher) = runtime(None, None)?;
     let source = SourceRef::Oci(OciRef::anonymous(reference.clone()));
-    watcher.ensure(&source);
+    watcher.ensure(&source, "default");
     wait_for_digest(
         &registry,
         &source,
@@ -151,7 +157,7 @@ async fn a_configmap_update_swaps_within_two_seconds() -> anyhow::Result<()> {
         name: "plugin".into(),
         key: "plugin.wasm".into(),
     };
-    watcher.ensure(&source);
+    watcher.ensure(&source, "default");
     wait_for_digest(
         &registry,
         &source,
@@ -337,7 +343,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
 
     {
         let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;
-        watcher.ensure(&source);
+        watcher.ensure(&source, "default");
         wait_for_digest(
             &registry,
             &source,
@@ -351,7 +357,7 @@ async fn a_restart_with_the_registry_down_loads_from_the_compiled_cache() -> any
     private.stop().await?;
     let (registry, watcher) = runtime(Some(Cache::open(&cache_dir.0)?), None)?;
     let start = Instant::now();
-    watcher.ensure(&source);
+    watcher.ensure(&source, "default");
     wait_for_digest(
         &registry,
         &source,

@@ -1,5 +1,6 @@
 //! PluginPolicy on the real control plane: a policy selected by namespace label relaxes the
-//! pod security level live (a hostPath volume) (no App change), tightening it again rejects the plan, a protected
+//! pod security level live (a hostPath volume) (no App change), tightening it again reports
+//! the live Deployment it now forbids and, with `enforcement: Remove`, deletes it, a protected
 //! namespace (the host's own) refuses Apps until a policy names it, and each policy's status
 //! says what it governs.
 
@@ -158,7 +159,8 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
     )
     .await?;
 
-    // Tightening the policy rejects the next plan; what was applied stays as it was.
+    // Tightening the policy: what the App already runs is now forbidden, and the App says so
+    // (PolicyViolation, naming the live object, field and rule); by default it stays running.
     let before = deployments.get("evil").await?.resource_version();
     policies
         .patch(
@@ -170,19 +172,59 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
     wait_app(
         &tenant_apps,
         "wants-host-path",
-        "rejected under baseline",
+        "a policy violation reported under baseline",
         Duration::from_secs(30),
         |a| {
             condition(a, "Degraded").is_some_and(|c| {
-                c.1 == "PlanRejected"
-                    && c.2.contains("spec.template.spec.volumes[0].hostPath")
+                c.1 == "PolicyViolation"
+                    && c.2
+                        .starts_with("Deployment/evil: spec.template.spec.volumes[0].hostPath")
                     && c.2.contains("baseline")
                     && c.2.contains(&format!("PluginPolicy {relaxed}"))
+                    && c.2.contains("keeps running")
             })
         },
     )
     .await?;
     assert_eq!(deployments.get("evil").await?.resource_version(), before);
+
+    // With `enforcement: Remove` the host deletes it; then the refused plan is what is left.
+    policies
+        .patch(
+            &relaxed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"enforcement": "Remove"}})),
+        )
+        .await?;
+    wait_for(
+        "the forbidden Deployment removed",
+        Duration::from_secs(30),
+        || async {
+            Ok(match deployments.get_opt("evil").await? {
+                None => Some(()),
+                Some(d) if d.metadata.deletion_timestamp.is_some() => Some(()),
+                Some(_) => None,
+            })
+        },
+    )
+    .await?;
+    wait_app(
+        &tenant_apps,
+        "wants-host-path",
+        "the plan rejected once nothing forbidden runs",
+        Duration::from_secs(30),
+        |a| {
+            condition(a, "Degraded").is_some_and(|c| {
+                c.1 == "PlanRejected" && c.2.contains("spec.template.spec.volumes[0].hostPath")
+            })
+        },
+    )
+    .await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &tenant.name);
+    assert!(
+        configmaps.get_opt("fault").await?.is_some(),
+        "only the forbidden object was removed"
+    );
 
     for name in [&relaxed, &named] {
         policies.delete(name, &DeleteParams::default()).await?;

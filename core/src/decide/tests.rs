@@ -110,6 +110,7 @@ impl PlanCheck for Check {
         _: &str,
         _: &PluginObject,
         _: &BTreeSet<String>,
+        _: &BTreeSet<String>,
     ) -> Result<(), Failure> {
         Ok(())
     }
@@ -644,4 +645,159 @@ fn loaded_at_moves_with_the_digest_and_not_with_a_reload() {
         Some("2027-01-15T10:00:00+00:00")
     );
     assert!(d3.events.iter().any(|e| e.reason == "PluginSwapped"));
+}
+
+/// A policy that has tightened: ConfigMaps whose data is `privileged` break it now, and the
+/// plan (the same one as before) is refused.
+struct Tightened {
+    remove: bool,
+}
+
+impl PlanCheck for Tightened {
+    fn check_plan(&self, _: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
+        Err(Failure::new(
+            "PlanRejected",
+            "plan rejected: ConfigMap/a: data.k",
+        ))
+    }
+    fn check_backup_job(
+        &self,
+        _: &str,
+        _: &PluginObject,
+        _: &BTreeSet<String>,
+        _: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        Ok(())
+    }
+    fn prunable(&self, _: &str, _: &str) -> bool {
+        true
+    }
+    fn check_live(&self, object: &ObservedObject, _: &[ObservedObject]) -> Option<String> {
+        (object.json.pointer("/data/k") == Some(&json!("privileged")))
+            .then(|| format!("ConfigMap/{}: data.k: privileged (test/rule)", object.name))
+    }
+    fn removes_violations(&self) -> bool {
+        self.remove
+    }
+}
+
+#[test]
+fn what_a_tightened_policy_forbids_is_reported_and_removed_only_when_it_says_so() {
+    let mut plugin = Script::new(vec![cm("a", "privileged"), cm("b", "fine")]);
+    let first = decide(&snapshot(AppStatus::default(), vec![]), &mut plugin, &Check);
+    let live = perform(&[], &first);
+    // Not owned, so not the App's to report or delete.
+    let mut foreign =
+        ObservedObject::from_value(cm("c", "privileged"), "someone-else").expect("an object");
+    foreign.owned = false;
+    let mut observed = live.clone();
+    observed.push(foreign);
+
+    let report = decide(
+        &snapshot(first.status.clone(), observed.clone()),
+        &mut plugin,
+        &Tightened { remove: false },
+    );
+    assert_eq!(
+        condition(&report.status, "Degraded"),
+        ("True", "PolicyViolation")
+    );
+    let message = &report
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("Degraded")
+        .message;
+    assert!(
+        message.starts_with("ConfigMap/a: data.k: privileged (test/rule); "),
+        "{message}"
+    );
+    assert!(message.contains("keeps running"), "{message}");
+    assert!(
+        report.apply.is_empty() && report.prune.is_empty(),
+        "Report deletes nothing"
+    );
+
+    let remove = decide(
+        &snapshot(first.status.clone(), observed),
+        &mut plugin,
+        &Tightened { remove: true },
+    );
+    let pruned: Vec<String> = remove.prune.iter().map(|k| k.name.clone()).collect();
+    assert_eq!(pruned, ["a"], "only the owned object that breaks the rules");
+    assert!(remove.apply.is_empty());
+    assert!(
+        remove.events.iter().any(|e| e.warning
+            && e.reason == "PolicyViolationRemoved"
+            && e.note.contains("deleted ConfigMap/a:")),
+        "{:?}",
+        remove.events
+    );
+
+    // With nothing left that breaks the rules, the refused plan is what the App reports.
+    let after = perform(&live, &remove);
+    let next = decide(
+        &snapshot(remove.status.clone(), after),
+        &mut plugin,
+        &Tightened { remove: true },
+    );
+    assert_eq!(
+        condition(&next.status, "Degraded"),
+        ("True", "PlanRejected")
+    );
+    assert!(next.prune.is_empty());
+}
+
+/// Records the claims a backup Job was checked with.
+#[derive(Default)]
+struct ClaimsSeen(std::sync::Mutex<Vec<BTreeSet<String>>>);
+
+impl PlanCheck for ClaimsSeen {
+    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
+        Check.check_plan(objects)
+    }
+    fn check_backup_job(
+        &self,
+        _: &str,
+        _: &PluginObject,
+        _: &BTreeSet<String>,
+        claims: &BTreeSet<String>,
+    ) -> Result<(), Failure> {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push(claims.clone());
+        }
+        Ok(())
+    }
+    fn prunable(&self, _: &str, _: &str) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_backup_job_may_mount_the_claims_observed_and_those_of_this_reconciles_plan() {
+    let claim = |name: &str| json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name}});
+    let job =
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}});
+    let mut plugin = Script::new(vec![claim("kv-backups")]);
+    plugin.caps.insert(Capability::Backup);
+    plugin.backup = Some(("20261205-060000".into(), job));
+    let mut data = claim("data-kv-0");
+    data["metadata"]["labels"] = json!({"wasmop.dev/app": "kv"});
+    let observed = vec![ObservedObject::from_value(data, "u-1").expect("a claim")];
+    let check = ClaimsSeen::default();
+    let decision = decide(
+        &snapshot(AppStatus::default(), observed),
+        &mut plugin,
+        &check,
+    );
+    assert!(decision.backup_start.is_some());
+    let seen = check.0.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [BTreeSet::from([
+            "data-kv-0".to_string(),
+            "kv-backups".to_string()
+        ])]
+    );
 }

@@ -116,8 +116,24 @@ impl CompiledPlugin {
         bytes: &[u8],
         digest: Digest,
     ) -> Result<Self, LoadError> {
+        Self::prepare_gated(engine, cache, source_ref, bytes, digest, || ())
+    }
+
+    /// [`Self::prepare`], calling `slot` before it compiles (not when the version loads from
+    /// the cache) and holding what it returns until the compile is done: how the registry takes
+    /// its turn for the compile slot (see [`super::compile_queue`]).
+    pub fn prepare_gated<Slot>(
+        engine: &PluginEngine,
+        cache: Option<&Cache>,
+        source_ref: &str,
+        bytes: &[u8],
+        digest: Digest,
+        slot: impl FnOnce() -> Slot,
+    ) -> Result<Self, LoadError> {
         verify_component(source_ref, bytes)?;
         let start = Instant::now();
+        // Waiting for the slot is not compiling: it is left out of `compile_time`.
+        let mut waited_for_slot = Duration::ZERO;
         let (component, from_cache) = match cache.and_then(|c| c.load_compiled(engine, &digest)) {
             Some(component) => (component, true),
             None => {
@@ -133,6 +149,9 @@ impl CompiledPlugin {
                         digest.short()
                     )));
                 }
+                let asked = Instant::now();
+                let _slot = slot();
+                waited_for_slot = asked.elapsed();
                 let component = match engine.compiler().compile(engine.engine(), bytes) {
                     Ok(component) => component,
                     Err(CompileError::Refused(reason)) => {
@@ -146,7 +165,7 @@ impl CompiledPlugin {
                 (component, false)
             }
         };
-        let compile_time = start.elapsed();
+        let compile_time = start.elapsed().saturating_sub(waited_for_slot);
 
         let exported = check_world(engine, source_ref, &component)?;
         let incompatible = |reason: String| LoadError::IncompatibleWorld {

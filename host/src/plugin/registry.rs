@@ -18,7 +18,9 @@ use tokio::sync::broadcast;
 use super::{
     CallError, Digest, LoadError,
     cache::Cache,
+    charge::Charge,
     compile::CompiledPlugin,
+    compile_queue::{CompileQueue, Superseded, Ticket},
     engine::PluginEngine,
     metrics::PluginMetrics,
     source::{Fetched, SourceRef},
@@ -44,10 +46,12 @@ pub struct LoadedPlugin {
 
 impl LoadedPlugin {
     /// Runs a call on a blocking thread (wasmtime calls are synchronous; epoch interruption
-    /// bounds them) and records its duration and outcome under `interface`.
+    /// bounds them) and records its duration and outcome under `interface`. Its memory cap
+    /// `memory_bytes` is reserved from the budget as `namespace`'s (the App's).
     pub async fn run<R, F>(
         self: &Arc<Self>,
         interface: &'static str,
+        namespace: &str,
         memory_bytes: u64,
         call: F,
     ) -> Result<R, CallError>
@@ -63,7 +67,7 @@ impl LoadedPlugin {
         let reservation = match self
             .engine
             .budget()
-            .reserve(memory_bytes, super::budget::MAX_WAIT)
+            .reserve(namespace, memory_bytes, super::budget::MAX_WAIT)
             .await
         {
             Ok(reservation) => reservation,
@@ -141,6 +145,9 @@ pub enum Offer {
     },
     /// The version failed; the previous one, if any, stays in service.
     Rejected(LoadError),
+    /// A newer version of the source was offered before this one's turn came: this one was
+    /// skipped (see [`CompileQueue`]).
+    Superseded,
 }
 
 #[derive(Default)]
@@ -171,6 +178,8 @@ pub struct PluginRegistry {
     metrics: PluginMetrics,
     entries: RwLock<HashMap<SourceRef, Entry>>,
     changes: broadcast::Sender<SourceRef>,
+    /// Every new version's turn, and the compile slot.
+    compiles: CompileQueue,
 }
 
 impl PluginRegistry {
@@ -207,6 +216,7 @@ impl PluginRegistry {
             metrics,
             entries: RwLock::new(HashMap::new()),
             changes,
+            compiles: CompileQueue::new(),
         })
     }
 
@@ -249,6 +259,7 @@ impl PluginRegistry {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(source);
+        self.compiles.forget(source);
     }
 
     /// Records that fetching `source` failed; the version in service stays. Apps are told only
@@ -307,40 +318,94 @@ impl PluginRegistry {
     }
 
     /// Compiles and validates `fetched` beside the version in service and swaps it in, or
-    /// records why it was refused.
+    /// records why it was refused; charged to the shared sources (see [`Self::offer_charged`]).
     pub async fn offer(self: &Arc<Self>, source: &SourceRef, fetched: Fetched) -> Offer {
+        self.offer_charged(source, Charge::Shared, fetched).await
+    }
+
+    /// [`Self::offer`], its compile charged to `charge`. The version takes its place in the
+    /// [`CompileQueue`] at once, before the returned future is first polled: a source that
+    /// keeps changing waits for its interval, and a version still waiting when a newer one of
+    /// the same source is offered is skipped ([`Offer::Superseded`]), so a watcher may offer
+    /// every version it sees without waiting for the one before.
+    pub fn offer_charged(
+        self: &Arc<Self>,
+        source: &SourceRef,
+        charge: Charge,
+        fetched: Fetched,
+    ) -> impl Future<Output = Offer> + Send + 'static {
+        let ticket = self.compiles.submit(source, charge);
+        let (this, source) = (Arc::clone(self), source.clone());
+        async move { this.offer_in_turn(&source, ticket, fetched).await }
+    }
+
+    /// What becomes of `digest` without preparing it: in service already, or remembered as
+    /// bad.
+    fn settled(&self, source: &SourceRef, digest: &Digest) -> Option<Offer> {
         let known_bad = {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
             let entry = entries.get(source);
             if let Some(current) = entry.and_then(|e| e.current.clone())
-                && current.compiled.digest == fetched.digest
+                && current.compiled.digest == *digest
             {
                 drop(entries);
                 self.clear_error(source);
-                return Offer::Unchanged(current);
+                return Some(Offer::Unchanged(current));
             }
             entry.and_then(|e| {
                 e.failed
                     .iter()
-                    .find(|(d, _)| *d == fetched.digest)
+                    .find(|(d, _)| d == digest)
                     .map(|(_, err)| err.clone())
             })
+        }?;
+        self.set_error(source, known_bad.clone());
+        Some(Offer::Rejected(known_bad))
+    }
+
+    async fn offer_in_turn(
+        self: &Arc<Self>,
+        source: &SourceRef,
+        ticket: Ticket,
+        fetched: Fetched,
+    ) -> Offer {
+        // Dropping the ticket withdraws the version (and so skips any older one waiting).
+        if let Some(settled) = self.settled(source, &fetched.digest) {
+            return settled;
+        }
+        let admitted = match ticket.admitted().await {
+            Ok(admitted) => admitted,
+            Err(Superseded) => {
+                self.metrics.load("skipped", "Superseded");
+                tracing::debug!(source = %source, digest = %fetched.digest, "plugin version skipped: a newer one arrived before its turn");
+                return Offer::Superseded;
+            }
         };
-        if let Some(error) = known_bad {
-            self.set_error(source, error.clone());
-            return Offer::Rejected(error);
+        if !admitted.waited().is_zero() {
+            tracing::info!(source = %source, digest = %fetched.digest, waited_ms = admitted.waited().as_millis() as u64, charge = %admitted.charge(), "plugin source keeps changing: its newest version waited for its turn");
+        }
+        // While it waited, the version may have gone into service or been refused.
+        if let Some(settled) = self.settled(source, &fetched.digest) {
+            return settled;
         }
 
+        // The turn is held until the version is in service or refused.
+        let admitted = Arc::new(admitted);
+        let turn = Arc::clone(&admitted);
+        let runtime = tokio::runtime::Handle::current();
         let this = Arc::clone(self);
         let source_name = source.to_string();
         let digest = fetched.digest.clone();
         let compiled = tokio::task::spawn_blocking(move || {
-            let mut result = CompiledPlugin::prepare(
+            // A blocking thread, not a task: it may wait on the runtime for its slot.
+            let slot = || runtime.block_on(turn.compile_slot());
+            let mut result = CompiledPlugin::prepare_gated(
                 &this.engine,
                 this.cache.as_ref(),
                 &source_name,
                 &fetched.bytes,
                 fetched.digest.clone(),
+                slot,
             );
             if let Ok(plugin) = &mut result {
                 let stored = match &this.cache {
@@ -367,7 +432,18 @@ impl PluginRegistry {
                 message: format!("compile task failed: {join}"),
             })
         });
+        let offer = self.swap_in(source, digest, compiled);
+        drop(admitted);
+        offer
+    }
 
+    /// Puts a prepared version into service, or records why it failed.
+    fn swap_in(
+        &self,
+        source: &SourceRef,
+        digest: Digest,
+        compiled: Result<CompiledPlugin, LoadError>,
+    ) -> Offer {
         let compiled = match compiled {
             Ok(compiled) => compiled,
             Err(error) => {

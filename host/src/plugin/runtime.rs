@@ -16,7 +16,10 @@ use super::{
     engine::PluginEngine,
     metrics::PluginMetrics,
     registry::{PluginRegistry, PluginState},
-    source::{SourceRef, oci::OciSource},
+    source::{
+        SourceRef,
+        oci::{OciSource, reach::PrivateNetworks},
+    },
     watch::SourceWatcher,
 };
 use crate::cli::RunArgs;
@@ -80,10 +83,17 @@ impl PluginRuntime {
                 PluginRegistry::without_cache(engine, why, metrics)
             }
         };
+        let private = PrivateNetworks::union(args.allow_private_registries.iter().cloned());
+        info!(
+            networks = %private,
+            "private networks plugin registries may be reached in (--allow-private-registries; \
+             besides, those a PluginPolicy's registries name)"
+        );
         let oci = OciSource::new(
             args.registry_config.as_deref(),
             args.insecure_registries.clone(),
         )?
+        .with_private_networks(private)
         .with_client(client.clone());
         let watcher = SourceWatcher::new(
             registry.clone(),
@@ -95,11 +105,12 @@ impl PluginRuntime {
         Ok(Self { registry, watcher })
     }
 
-    /// The state of the plugin behind `source`, and a promise to follow it: the first
-    /// `acquire` of a source starts its fetch (after a restart the registry is empty), and the
-    /// watcher offers every new version to the registry from then on.
-    pub fn acquire(&self, source: &SourceRef) -> PluginState {
-        self.watcher.ensure(source);
+    /// The state of the plugin behind `source`, and a promise to follow it for an App of
+    /// `namespace`: the first `acquire` of a source starts its fetch (after a restart the
+    /// registry is empty), and the watcher offers every new version to the registry from then
+    /// on, charging its compiles and pulls to the namespaces that asked.
+    pub fn acquire(&self, source: &SourceRef, namespace: &str) -> PluginState {
+        self.watcher.ensure(source, namespace);
         self.registry.get(source)
     }
 }

@@ -12,6 +12,7 @@ use super::{
     bindings::wasmop::plugin::log,
     clock::{CallClock, CallClockView},
     limits::{CallLimits, MAX_HOST_RESOURCES, MAX_STDIO_BYTES},
+    log_limit,
 };
 
 /// Who is calling, for the tags on every line the plugin logs.
@@ -95,6 +96,29 @@ impl CallState {
         }
     }
 
+    /// Counts one record (a `log` call or a line of stdout/stderr) against the call's
+    /// [`log_limit::MAX_RECORDS_PER_CALL`] and the plugin's token bucket; `false` when it is to
+    /// be dropped (said once per call).
+    fn admit_record(&mut self) -> bool {
+        self.logged = self.logged.saturating_add(1);
+        if self.logged <= log_limit::MAX_RECORDS_PER_CALL
+            && log_limit::admit(&self.tags.plugin, std::time::Instant::now())
+        {
+            return true;
+        }
+        self.dropped = self.dropped.saturating_add(1);
+        if self.dropped == 1 {
+            tracing::warn!(
+                plugin = %self.tags.plugin,
+                app = %self.tags.app,
+                "plugin logs too much: dropping its records (at most {} per call, {} a second)",
+                log_limit::MAX_RECORDS_PER_CALL,
+                log_limit::RATE_PER_SECOND
+            );
+        }
+        false
+    }
+
     /// The limiter to install with `Store::limiter`.
     pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
         &mut self.memory
@@ -114,19 +138,31 @@ impl CallState {
     }
 
     /// Forwards what the guest printed to tracing and returns its last words on stderr, which
-    /// is where a Rust guest's panic message ends up.
-    pub fn flush_stdio(&self) -> Option<String> {
-        let out = self.stdout.contents();
-        for line in String::from_utf8_lossy(&out)
+    /// is where a Rust guest's panic message ends up. Each line is a record like one of the
+    /// `log` import's, under the same bounds (cut to [`log_limit::MAX_MESSAGE_BYTES`], counted
+    /// against the call's and the plugin's share), so printing is no way around them.
+    pub fn flush_stdio(&mut self) -> Option<String> {
+        let (out, err) = (self.stdout.contents(), self.stderr.contents());
+        self.forward_stdio(&out, &err)
+    }
+
+    /// [`Self::flush_stdio`] of what the guest printed to stdout (`out`) and stderr (`err`).
+    fn forward_stdio(&mut self, out: &[u8], err: &[u8]) -> Option<String> {
+        for line in String::from_utf8_lossy(out)
             .lines()
             .filter(|l| !l.is_empty())
         {
-            tracing::info!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stdout", "{line}");
+            if self.admit_record() {
+                let line = log_limit::truncate(line, log_limit::MAX_MESSAGE_BYTES);
+                tracing::info!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stdout", "{line}");
+            }
         }
-        let err = self.stderr.contents();
-        let err = String::from_utf8_lossy(&err);
+        let err = String::from_utf8_lossy(err);
         for line in err.lines().filter(|l| !l.is_empty()) {
-            tracing::warn!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stderr", "{line}");
+            if self.admit_record() {
+                let line = log_limit::truncate(line, log_limit::MAX_MESSAGE_BYTES);
+                tracing::warn!(plugin = %self.tags.plugin, app = %self.tags.app, stream = "stderr", "{line}");
+            }
         }
         // A Rust panic prints "thread '..' panicked at file:line:col:" then the message, then a
         // hint about RUST_BACKTRACE that says nothing about the plugin.
@@ -136,7 +172,9 @@ impl CallState {
             .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
             .collect();
         let last = &words[words.len().saturating_sub(2)..];
-        (!last.is_empty()).then(|| last.join(" "))
+        (!last.is_empty()).then(|| {
+            log_limit::truncate(&last.join(" "), log_limit::MAX_MESSAGE_BYTES).into_owned()
+        })
     }
 }
 
@@ -152,7 +190,7 @@ impl WasiView for CallState {
 /// The host implementation of the `log` import: structured events into tracing.
 impl log::Host for CallState {
     fn emit(&mut self, level: log::Level, message: String, fields: Vec<log::Field>) {
-        use super::log_limit::{self, MAX_FIELD_BYTES, MAX_FIELDS, MAX_MESSAGE_BYTES};
+        use super::log_limit::{MAX_FIELD_BYTES, MAX_FIELDS, MAX_MESSAGE_BYTES};
         // Plugins log on every call (kvstore's plan at debug); joining the fields for an event
         // nobody subscribed to would be work on every call.
         let enabled = match level {
@@ -165,20 +203,7 @@ impl log::Host for CallState {
         if !enabled {
             return;
         }
-        self.logged = self.logged.saturating_add(1);
-        if self.logged > log_limit::MAX_RECORDS_PER_CALL
-            || !log_limit::admit(&self.tags.plugin, std::time::Instant::now())
-        {
-            self.dropped = self.dropped.saturating_add(1);
-            if self.dropped == 1 {
-                tracing::warn!(
-                    plugin = %self.tags.plugin,
-                    app = %self.tags.app,
-                    "plugin logs too much: dropping its records (at most {} per call, {} a second)",
-                    log_limit::MAX_RECORDS_PER_CALL,
-                    log_limit::RATE_PER_SECOND
-                );
-            }
+        if !self.admit_record() {
             return;
         }
         let cut = fields.len().saturating_sub(MAX_FIELDS);
@@ -330,6 +355,36 @@ mod tests {
             "a record of {longest} bytes reached the log"
         );
         assert!(text.contains("(+84 fields cut)"), "{}", &text[..500]);
+    }
+
+    #[test]
+    fn printed_lines_are_held_to_the_same_bounds_as_log_records() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let last = tracing::subscriber::with_default(subscriber, || {
+            let tags = CallTags {
+                plugin: "printer@abc".into(),
+                app: "shop/printer".into(),
+            };
+            let mut state = CallState::new(tags, &CallLimits::default(), 0);
+            // As a guest's `println!` in a loop would: 64 KiB of short lines on stdout, and a
+            // line far over a record's size on stderr.
+            let out = "x\n".repeat(MAX_STDIO_BYTES / 2);
+            state.forward_stdio(out.as_bytes(), "y".repeat(20_000).as_bytes())
+        });
+        let bytes = captured.0.lock().map(|b| b.clone()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().collect();
+        // 32 records and the one warning that the rest were dropped.
+        assert_eq!(lines.len(), 33, "{}", lines.len());
+        assert!(lines.iter().any(|l| l.contains("plugin logs too much")));
+        // The last words (which become an error message) are cut too.
+        let last = last.unwrap_or_default();
+        assert!(last.len() < 2 << 10, "last words of {} bytes", last.len());
     }
 
     #[test]

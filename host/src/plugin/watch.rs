@@ -1,6 +1,9 @@
 //! Keeps every source in use fresh: polls OCI tags, watches ConfigMaps and files, and offers
 //! each new version to the [`PluginRegistry`]. At start-up an OCI source whose registry is
 //! unreachable is served from the on-disk cache.
+//!
+//! Each source's compiles and pulls are charged to the namespaces whose Apps ask for it
+//! ([`Askers`]): its one namespace, or the shared sources' bucket (see [`super::charge`]).
 
 use std::{
     collections::HashMap,
@@ -20,8 +23,12 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{
     LoadError,
+    charge::Askers,
     registry::{Offer, PluginRegistry},
-    source::{Fetched, OciRef, SourceRef, config_map, fetch_error, file, oci::OciSource},
+    source::{
+        Fetched, OciRef, SourceRef, config_map, fetch_error, file,
+        oci::{OciSource, slots::charged},
+    },
 };
 
 /// Starts and stops one driver task per source in use.
@@ -39,10 +46,12 @@ pub struct SourceWatcher {
 /// Whether some App still references a source.
 pub type Users = Arc<dyn Fn(&SourceRef) -> bool + Send + Sync>;
 
-/// One source's driver task and when an App last asked for the source.
+/// One source's driver task, when an App last asked for the source and the namespaces that
+/// asked.
 struct Driver {
     task: JoinHandle<()>,
     last_used: Instant,
+    askers: Arc<Askers>,
 }
 
 /// Every App is reconciled (and so asks for its source) at least every five minutes; a
@@ -114,15 +123,19 @@ impl SourceWatcher {
         }
     }
 
-    /// Makes sure `source` is being fetched and followed; cheap when it already is.
-    pub fn ensure(&self, source: &SourceRef) {
+    /// Makes sure `source` is being fetched and followed for an App of `namespace`; cheap when
+    /// it already is.
+    pub fn ensure(&self, source: &SourceRef, namespace: &str) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(driver) = tasks.get_mut(source)
             && !driver.task.is_finished()
         {
             driver.last_used = Instant::now();
+            driver.askers.asked(namespace);
             return;
         }
+        let askers = Arc::new(Askers::new(IDLE_AFTER));
+        askers.asked(namespace);
         let registry = Arc::clone(&self.registry);
         let task = match source.clone() {
             SourceRef::Oci(oci) => tokio::spawn(drive_oci(
@@ -131,6 +144,7 @@ impl SourceWatcher {
                 source.clone(),
                 oci,
                 self.poll_interval,
+                Arc::clone(&askers),
             )),
             SourceRef::ConfigMap {
                 namespace,
@@ -144,6 +158,7 @@ impl SourceWatcher {
                     namespace,
                     name,
                     key,
+                    Arc::clone(&askers),
                 )),
                 None => {
                     registry.record_failure(
@@ -154,7 +169,13 @@ impl SourceWatcher {
                 }
             },
             SourceRef::File(path) => match self.file_root.clone() {
-                Some(root) => tokio::spawn(drive_file(registry, source.clone(), root, path)),
+                Some(root) => tokio::spawn(drive_file(
+                    registry,
+                    source.clone(),
+                    root,
+                    path,
+                    Arc::clone(&askers),
+                )),
                 None => {
                     registry.record_failure(
                         source,
@@ -172,13 +193,24 @@ impl SourceWatcher {
             Driver {
                 task,
                 last_used: Instant::now(),
+                askers,
             },
         );
     }
 }
 
-async fn offer(registry: &Arc<PluginRegistry>, source: &SourceRef, fetched: Fetched) -> bool {
-    !matches!(registry.offer(source, fetched).await, Offer::Rejected(_))
+/// Offers `fetched` charged to the source's askers; whether it is (or already was) in service.
+async fn offer(
+    registry: &Arc<PluginRegistry>,
+    source: &SourceRef,
+    askers: &Askers,
+    fetched: Fetched,
+) -> bool {
+    let offer = registry.offer_charged(source, askers.charge(), fetched);
+    matches!(
+        offer.await,
+        Offer::Unchanged(_) | Offer::Loaded(_) | Offer::Swapped { .. }
+    )
 }
 
 /// Loads the version this very source (reference, access, keys and the credentials it holds
@@ -190,6 +222,7 @@ async fn offer_from_cache(
     client: &OciSource,
     source: &SourceRef,
     oci: &OciRef,
+    askers: &Askers,
 ) -> bool {
     let Some(cache) = registry.cache() else {
         return false;
@@ -206,7 +239,7 @@ async fn offer_from_cache(
         return false;
     };
     tracing::info!(source = %source, %digest, "serving the plugin from the on-disk cache");
-    offer(registry, source, Fetched { bytes, digest }).await
+    offer(registry, source, askers, Fetched { bytes, digest }).await
 }
 
 /// How long polls of a source serving a version may fail before its Apps are told (at least
@@ -222,12 +255,13 @@ async fn drive_oci(
     source: SourceRef,
     oci: OciRef,
     poll: Duration,
+    askers: Arc<Askers>,
 ) {
     let pinned = OciSource::is_pinned(&oci.reference);
     // A digest reference is immutable: if this source resolved it before, the registry need
     // not be asked again. A finished driver is restarted by the next `ensure`, so a pinned
     // source parks instead.
-    if pinned && offer_from_cache(&registry, &client, &source, &oci).await {
+    if pinned && offer_from_cache(&registry, &client, &source, &oci, &askers).await {
         return std::future::pending().await;
     }
     let mut last_manifest: Option<String> = None;
@@ -235,7 +269,8 @@ async fn drive_oci(
     // busy; each version refused doubles the wait before the next look, up to REFUSED_BACKOFF.
     let mut wait = poll;
     loop {
-        let changed = match client.resolve(&source, &oci).await {
+        // The registry's slots this source may take are its askers' (see `oci::slots`).
+        let changed = match charged(askers.charge(), client.resolve(&source, &oci)).await {
             Ok(resolved) => {
                 let changed = last_manifest.as_ref() != Some(&resolved.manifest);
                 // A new manifest is not an answer yet: its pull may fail as the last one did,
@@ -247,18 +282,18 @@ async fn drive_oci(
             }
             Err(error) => {
                 if registry.get(&source).current.is_none() {
-                    offer_from_cache(&registry, &client, &source, &oci).await;
+                    offer_from_cache(&registry, &client, &source, &oci, &askers).await;
                 }
                 registry.record_poll_failure(&source, error, POLL_FAILURE_GRACE.max(poll * 3));
                 None
             }
         };
         if changed.is_some() {
-            match client.fetch(&source, &oci).await {
+            match charged(askers.charge(), client.fetch(&source, &oci)).await {
                 Ok((resolved, fetched)) => {
                     registry.clear_fetch_error(&source);
                     let digest = fetched.digest.clone();
-                    if offer(&registry, &source, fetched).await {
+                    if offer(&registry, &source, &askers, fetched).await {
                         wait = poll;
                         if let Some(cache) = registry.cache() {
                             cache.remember_ref(&resolved.cache_key, &digest);
@@ -293,6 +328,7 @@ async fn drive_config_map(
     namespace: String,
     name: String,
     key: String,
+    askers: Arc<Askers>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -300,13 +336,21 @@ async fn drive_config_map(
         .backoff(crate::watch_backoff::WatchBackoff::default())
         .boxed();
     let mut seen_any = false;
+    // Offers in their turn or waiting for it: at most the one being prepared and the newest,
+    // as each new one skips the one waiting before it. Dropped (and so cancelled) with the
+    // driver.
+    let mut offers = tokio::task::JoinSet::new();
     while let Some(event) = stream.next().await {
+        while offers.try_join_next().is_some() {}
         match event {
             Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
                 seen_any = true;
                 match config_map::extract(&source, &cm, &key) {
+                    // Not awaited: the watch reads on, so that a ConfigMap rewritten while a
+                    // version waits for its turn replaces that version instead of queueing
+                    // behind it.
                     Ok(fetched) => {
-                        offer(&registry, &source, fetched).await;
+                        offers.spawn(registry.offer_charged(&source, askers.charge(), fetched));
                     }
                     Err(error) => registry.record_failure(&source, error),
                 }
@@ -346,6 +390,7 @@ async fn drive_file(
     source: SourceRef,
     root: PathBuf,
     path: PathBuf,
+    askers: Arc<Askers>,
 ) {
     let path = root.join(&path);
     let (tx, mut rx) = mpsc::channel::<()>(16);
@@ -382,7 +427,7 @@ async fn drive_file(
     loop {
         match file::read(&source, &root, &path).await {
             Ok(fetched) => {
-                offer(&registry, &source, fetched).await;
+                offer(&registry, &source, &askers, fetched).await;
             }
             Err(error) => registry.record_failure(&source, error),
         }
@@ -419,8 +464,8 @@ mod tests {
         let referenced = watcher();
         let wanted = source.clone();
         referenced.add_users(Arc::new(move |s: &SourceRef| *s == wanted));
-        referenced.ensure(&source);
-        referenced.ensure(&other);
+        referenced.ensure(&source, "team-a");
+        referenced.ensure(&other, "team-a");
         referenced.forget_idle(Duration::ZERO);
         assert!(
             followed(&referenced, &source),

@@ -12,6 +12,7 @@ use crate::{
         oci::{
             OciSource,
             artifact::{Artifact, created_for},
+            reach::PrivateNetworks,
         },
     },
 };
@@ -69,8 +70,16 @@ pub(super) async fn pull(
     Ok(())
 }
 
-/// A client for `reference`'s registry with the credentials `registry` names.
+/// A client for `reference`'s registry with the credentials `registry` names, reaching private
+/// addresses too: a person's command runs from their own network position and reaches what
+/// they can (a registry on their machine or their company's network); only the host, which
+/// reads registries an App's author names, refuses them by default. Link-local and metadata
+/// addresses stay refused.
 pub(super) fn oci(reference: &str, registry: &RegistryArgs) -> anyhow::Result<OciSource> {
+    Ok(client(reference, registry)?.with_private_networks(PrivateNetworks::any()))
+}
+
+fn client(reference: &str, registry: &RegistryArgs) -> anyhow::Result<OciSource> {
     let parsed: oci_client::Reference = reference
         .parse()
         .with_context(|| format!("invalid OCI reference {reference:?}"))?;

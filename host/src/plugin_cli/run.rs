@@ -238,6 +238,8 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
     }
 
     let mut out = serde_json::Map::new();
+    // The claims the plan holds, which a backup Job may mount as the host's would.
+    let mut planned_claims = std::collections::BTreeSet::new();
     if wanted(Capability::SpecDiff, RunCapability::Plan) {
         let plan = compiled.call_plan(
             &engine,
@@ -254,6 +256,12 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
             &compiled.metadata.owns,
             plan.objects,
         )?;
+        planned_claims.extend(
+            guarded
+                .iter()
+                .filter(|g| g.object.kind() == "PersistentVolumeClaim")
+                .map(|g| g.object.name().to_string()),
+        );
         let objects: Vec<Value> = guarded.into_iter().map(|g| g.object.to_value()).collect();
         out.insert("plan".into(), json!({"objects": objects, "requeueAfterMs": plan.requeue_after.map(|d| d.as_millis() as u64)}));
     }
@@ -283,7 +291,14 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
                 .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
                 .map(str::to_string)
                 .collect();
-            guard::check_job(policy, &app_name, slot, job, &accounts)?;
+            let claims: std::collections::BTreeSet<String> = observed
+                .iter()
+                .filter(|o| o.get("kind").and_then(Value::as_str) == Some("PersistentVolumeClaim"))
+                .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+                .map(str::to_string)
+                .chain(planned_claims)
+                .collect();
+            guard::check_job(policy, &app_name, slot, job, &accounts, &claims)?;
         }
         out.insert(
             "backup".into(),

@@ -67,16 +67,50 @@ pub struct PluginPolicySpec {
     /// Service types plans may use; default `[ClusterIP]` (which covers headless Services).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_types: Option<Vec<ServiceType>>,
-    /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`). Default false.
+    /// Whether pods may use Secrets (Secret volumes and every volume type's Secret reference,
+    /// `envFrom`, `secretKeyRef`, `imagePullSecrets` on pods and on planned ServiceAccounts,
+    /// whose `secrets` too). Default false.
     #[serde(default)]
     pub allow_secrets: bool,
-    /// Kinds plans may hold beyond the built-in ones (e.g. NetworkPolicy, Ingress, CronJob,
-    /// Secret, a ServiceMonitor), each only in the App's namespace and only if the plugin
-    /// declares it. The host's ServiceAccount needs RBAC for each (see the README). RBAC kinds,
-    /// wasmop's own kinds and cluster-scoped kinds are never allowed.
+    /// Where pods may be scheduled beyond the defaults, which hold at every podSecurity level:
+    /// no `system-*` PriorityClass, tolerations only of the node-condition taints, no
+    /// nodeSelector or node affinity on node-role labels, `kubernetes.io/hostname` or
+    /// `metadata.name`, no runtimeClassName, no schedulerName but `default-scheduler`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+    /// Kinds plans may hold beyond the built-in ones, each only in the App's namespace and
+    /// only if the plugin declares it. The host checks the bodies of some (Ingress,
+    /// ServiceMonitor, PodMonitor, NetworkPolicy, HorizontalPodAutoscaler, the pod templates of
+    /// the workload kinds such as CronJob, a Secret's type); any other kind's body goes
+    /// unchecked, and the policy's Valid condition names it. The host's ServiceAccount needs
+    /// RBAC for each (see the README). RBAC kinds, wasmop's own kinds, cluster-scoped kinds,
+    /// Endpoints and EndpointSlices are never allowed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub extra_kinds: Vec<ExtraKind>,
+    /// Hosts Ingresses may serve (rules, TLS, ingress-nginx's server-alias): exact names like
+    /// `shop.example.com`, or `*.apps.example.com`, which covers every name under
+    /// `apps.example.com` (and an Ingress's own wildcards there) but not `apps.example.com`
+    /// itself. `*` alone covers every host and the catch-alls: rules without a host and
+    /// `defaultBackend`, which serve every host no other Ingress names. Default none: an
+    /// Ingress is refused unless its hosts are listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^(\*|(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$"
+            )
+        )
+    )]
+    pub ingress_hosts: Vec<String>,
+    /// IngressClasses Ingresses may name (`spec.ingressClassName` and the older
+    /// `kubernetes.io/ingress.class` annotation). Without it, any class or none; with it, an
+    /// Ingress must name one of these (an Ingress without a class gets the cluster's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    pub ingress_classes: Option<Vec<String>>,
     /// Where OCI plugins may come from: prefixes of `registry/repository`, matched on path
     /// boundaries (`ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil`).
     /// Without it, any registry; link-local and metadata addresses are refused whatever this says.
@@ -101,12 +135,82 @@ pub struct PluginPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(Ki|Mi)?$"))]
     pub max_component_size: Option<String>,
+    /// What happens to objects an App already runs that this policy forbids (they were
+    /// applied under a laxer one): `Report` (default) says so in the App's status (`Degraded`,
+    /// `PolicyViolation`, naming the object and the rule) and deletes nothing; `Remove` also
+    /// deletes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+    /// The most PersistentVolumeClaims one App may hold: those it has, those its plan names
+    /// and one per StatefulSet replica and claim template (default 64). Claims are never
+    /// pruned, so a plan past it is refused whole (`PlanRejected`, with the count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_claims: Option<u32>,
     /// Signatures every OCI plugin must carry: a cosign signature (the `.sig` tag cosign
     /// pushes beside the image) by one of these keys, over the manifest's digest. An unsigned
     /// or otherwise signed version is refused (`SignatureInvalid`) and the last good one stays
     /// in service; ConfigMap and file sources are refused (they carry no signature).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verify>,
+}
+
+/// What pods may name in their scheduling fields beyond the defaults. Each list relaxes one rule
+/// of the built-in default; a name not listed is refused (`PlanRejected`, naming the field and
+/// the rule `wasmop/<rule>`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// PriorityClasses pods may name in `priorityClassName` (rule `wasmop/priorityClass`).
+    /// Without it, any class but `system-node-critical` and `system-cluster-critical`, which
+    /// preempt every other tenant's pods (Kubernetes recommends confining them with a
+    /// ResourceQuota scopeSelector, as its Priority admission plugin once confined them to
+    /// kube-system). With it, exactly these; a pod without a class always passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 253)))]
+    pub priority_classes: Option<Vec<String>>,
+    /// Taint keys pods may tolerate (rule `wasmop/tolerations`) beyond the node-condition
+    /// taints Kubernetes places itself (`node.kubernetes.io/` `not-ready`, `unreachable`,
+    /// `memory-pressure`, `disk-pressure`, `pid-pressure`, `network-unavailable`), e.g.
+    /// `node-role.kubernetes.io/control-plane` or a dedicated-node taint. `*` allows every
+    /// key, and the empty key with operator Exists, which tolerates every taint. As
+    /// Kubernetes' PodTolerationRestriction admission plugin's namespace whitelist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub tolerations: Vec<String>,
+    /// Node label keys pods may select nodes by in `nodeSelector` and node affinity although
+    /// they name a node's role or the node (rule `wasmop/nodeLabels`):
+    /// `node-role.kubernetes.io/*` keys, `kubernetes.io/role`, `kubernetes.io/hostname`, and
+    /// `metadata.name` for `matchFields`. `*` allows all. Other labels (zone, instance type,
+    /// a team's own labels) are always allowed. As Kubernetes' PodNodeSelector admission
+    /// plugin's namespace whitelist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 317)))]
+    pub node_labels: Vec<String>,
+    /// RuntimeClasses pods may name in `runtimeClassName` (rule `wasmop/runtimeClass`);
+    /// default none. A runtime handler is node configuration the cluster admin chooses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    pub runtime_classes: Vec<String>,
+    /// Schedulers pods may name in `schedulerName` beyond `default-scheduler` (rule
+    /// `wasmop/scheduler`); default none. Another scheduler places pods past the default
+    /// scheduler's rules, as nodeName does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
+    pub schedulers: Vec<String>,
+}
+
+impl SchedulingSpec {
+    /// The guard's scheduling rules under this spec.
+    pub fn rules(&self) -> guard::Scheduling {
+        guard::Scheduling {
+            priority_classes: self.priority_classes.clone(),
+            tolerations: self.tolerations.clone(),
+            node_labels: self.node_labels.clone(),
+            runtime_classes: self.runtime_classes.clone(),
+            schedulers: self.schedulers.clone(),
+        }
+    }
 }
 
 /// The keys plugins must be signed with.
@@ -172,11 +276,18 @@ const FORBIDDEN_CORE_KINDS: &[&str] = &[
     // The admin's bounds on the namespace itself: a tenant's plugin must not raise its quota.
     "ResourceQuota",
     "LimitRange",
+    // A Service's endpoints written by hand route it to any address, another namespace's pods
+    // included (CVE-2021-25740); only the endpoints controllers write them.
+    "Endpoints",
 ];
 
 /// Kinds of other groups no policy can let plans hold: a Gateway API grant lets other
-/// namespaces' routes reach this one's Services.
-const FORBIDDEN_KINDS: &[(&str, &str)] = &[("gateway.networking.k8s.io", "ReferenceGrant")];
+/// namespaces' routes reach this one's Services; an EndpointSlice, like `Endpoints`, routes a
+/// Service to any address (CVE-2021-25740).
+const FORBIDDEN_KINDS: &[(&str, &str)] = &[
+    ("gateway.networking.k8s.io", "ReferenceGrant"),
+    ("discovery.k8s.io", "EndpointSlice"),
+];
 
 impl ExtraKind {
     /// The kind as the guard knows it, or why no policy may allow it.
@@ -218,6 +329,16 @@ impl ExtraKind {
     }
 }
 
+/// What the host does with live objects a policy forbids.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Enforcement {
+    /// Say so in the App's status; delete nothing.
+    #[default]
+    Report,
+    /// Say so, and delete them.
+    Remove,
+}
+
 /// A Pod Security Standards level.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -227,7 +348,8 @@ pub enum PodSecurity {
     Restricted,
     /// Prevents known privilege escalations.
     Baseline,
-    /// No pod restrictions beyond wasmop's own (ServiceAccounts, nodeName, Secrets).
+    /// No pod restrictions beyond wasmop's own (ServiceAccounts, nodeName, scheduling,
+    /// claims, Secrets).
     Privileged,
 }
 
@@ -327,6 +449,10 @@ impl PluginPolicySpec {
         guard::Policy {
             pod_security: self.pod_security.into(),
             allow_secrets: self.allow_secrets,
+            scheduling: self
+                .scheduling
+                .as_ref()
+                .map_or_else(guard::Scheduling::default, SchedulingSpec::rules),
             service_types: match &self.service_types {
                 Some(types) => types.iter().map(|t| t.as_str().to_string()).collect(),
                 None => defaults.service_types,
@@ -339,8 +465,14 @@ impl PluginPolicySpec {
                 .filter_map(|k| k.to_kind().ok())
                 .filter(|k| !guard::PLANNABLE.contains(k))
                 .collect(),
+            ingress_hosts: self.ingress_hosts.clone(),
+            ingress_classes: self.ingress_classes.clone(),
             registries: self.registries.clone(),
             config_map_sources: self.config_map_sources.unwrap_or(true),
+            remove_violations: self.enforcement == Some(Enforcement::Remove),
+            max_claims: self
+                .max_claims
+                .map_or(defaults.max_claims, |max| max.clamp(1, 1024) as usize),
             oci: OciRules {
                 // A size that does not parse, or is over the ceiling, leaves the default (and
                 // is reported in the policy's status).
@@ -408,6 +540,17 @@ impl PluginPolicySpec {
             .collect()
     }
 
+    /// The `extraKinds` the guard lets plans hold without checking their bodies
+    /// (`apiVersion/kind`), for the policy's status.
+    pub fn unchecked_kinds(&self) -> Vec<String> {
+        self.extra_kinds
+            .iter()
+            .filter_map(|k| k.to_kind().ok())
+            .filter(|k| !guard::PLANNABLE.contains(k) && !guard::checks_body(k))
+            .map(|k| format!("{}/{}", k.api_version(), k.kind))
+            .collect()
+    }
+
     /// Why entries of `extraKinds` are refused, one line each.
     pub fn refused_kinds(&self) -> Vec<String> {
         self.extra_kinds
@@ -459,6 +602,9 @@ pub fn candidates<'a>(
 }
 
 /// What governs the plugins of one namespace.
+// One short-lived value per resolve, moved into the reconcile that asked: boxing the rules
+// would add an allocation and save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Plans are held to `rules`, from the policy `policy` (`None`: the built-in default).
@@ -658,6 +804,49 @@ mod tests {
     }
 
     #[test]
+    fn scheduling_lists_carry_into_the_rules() {
+        assert_eq!(
+            policy("p", json!({})).spec.rules().scheduling,
+            guard::Scheduling::default()
+        );
+        let open = policy(
+            "open",
+            json!({"namespaces": ["ns"], "scheduling": {
+                "priorityClasses": ["gold"], "tolerations": ["*"],
+                "nodeLabels": ["node-role.kubernetes.io/infra"],
+                "runtimeClasses": ["gvisor"], "schedulers": ["volcano"]}}),
+        );
+        assert_eq!(
+            open.spec.rules().scheduling,
+            guard::Scheduling {
+                priority_classes: Some(vec!["gold".into()]),
+                tolerations: vec!["*".into()],
+                node_labels: vec!["node-role.kubernetes.io/infra".into()],
+                runtime_classes: vec!["gvisor".into()],
+                schedulers: vec!["volcano".into()],
+            }
+        );
+        // The schema bounds the lists and says what each is for (`kubectl explain`).
+        let crd = serde_json::to_value(PluginPolicy::crd()).expect("serialises");
+        let scheduling = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/scheduling",
+            )
+            .expect("scheduling in the schema");
+        assert_eq!(
+            scheduling.pointer("/properties/tolerations/maxItems"),
+            Some(&json!(64))
+        );
+        assert!(
+            scheduling
+                .pointer("/properties/priorityClasses/description")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|d| d.contains("system-node-critical")),
+            "{scheduling}"
+        );
+    }
+
+    #[test]
     fn extra_kinds_widen_the_rules_but_never_to_rbac_or_wasmop_kinds() {
         let wide = policy(
             "wide",
@@ -684,6 +873,62 @@ mod tests {
         assert!(refused[0].starts_with("extraKinds[2] rbac.authorization.k8s.io/v1/RoleBinding"));
         assert!(refused[1].contains("wasmop.dev API group"), "{refused:?}");
         assert!(refused[3].contains("lowercase plural"), "{refused:?}");
+    }
+
+    #[test]
+    fn endpoints_are_never_plannable_and_unchecked_kinds_are_named() {
+        let spec = policy(
+            "p",
+            json!({"namespaces": ["ns"], "extraKinds": [
+                {"apiVersion": "v1", "kind": "Endpoints", "resource": "endpoints"},
+                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "resource": "endpointslices"},
+                {"apiVersion": "discovery.k8s.io/v1beta1", "kind": "EndpointSlice", "resource": "endpointslices"},
+                {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "resource": "ingresses"},
+                {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "resource": "servicemonitors"},
+                {"apiVersion": "batch/v1", "kind": "CronJob", "resource": "cronjobs"},
+                {"apiVersion": "v1", "kind": "Secret", "resource": "secrets"},
+                {"apiVersion": "example.com/v1", "kind": "Widget", "resource": "widgets"},
+                {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "resource": "prometheusrules"},
+            ]}),
+        )
+        .spec;
+        let refused = spec.refused_kinds();
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(refused[0].starts_with("extraKinds[0] v1/Endpoints: never plannable"));
+        assert!(refused[1].contains("discovery.k8s.io/v1/EndpointSlice: never plannable"));
+        assert!(refused[2].contains("v1beta1/EndpointSlice: never plannable"));
+        assert!(
+            !spec
+                .rules()
+                .extra_kinds
+                .iter()
+                .any(|k| k.kind.starts_with("Endpoint"))
+        );
+        assert_eq!(
+            spec.unchecked_kinds(),
+            [
+                "example.com/v1/Widget",
+                "monitoring.coreos.com/v1/PrometheusRule"
+            ]
+        );
+    }
+
+    #[test]
+    fn ingress_hosts_and_classes_carry_into_the_rules() {
+        let open = policy(
+            "open",
+            json!({"namespaces": ["ns"], "ingressHosts": ["shop.example.com", "*.apps.example.com"],
+                   "ingressClasses": ["public"]}),
+        );
+        let rules = open.spec.rules();
+        assert_eq!(
+            rules.ingress_hosts,
+            ["shop.example.com", "*.apps.example.com"]
+        );
+        assert_eq!(rules.ingress_classes, Some(vec!["public".to_string()]));
+        let none = policy("none", json!({"namespaces": ["ns"]})).spec.rules();
+        assert!(none.ingress_hosts.is_empty());
+        assert_eq!(none.ingress_classes, None);
     }
 
     #[test]
@@ -722,5 +967,16 @@ mod tests {
         assert_eq!(columns, ["PodSecurity", "Secrets", "Namespaces", "Age"]);
         let yaml = serde_yaml::to_string(&crd).expect("serialises");
         assert!(yaml.contains("In and NotIn need values"), "{yaml}");
+        // Every ingress host entry is bounded and shaped in the schema.
+        let crd = serde_json::to_value(&crd).expect("serialises");
+        let hosts = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/ingressHosts",
+            )
+            .expect("ingressHosts in the schema");
+        assert_eq!(hosts.pointer("/maxItems"), Some(&json!(64)));
+        assert_eq!(hosts.pointer("/items/maxLength"), Some(&json!(253)));
+        let pattern = hosts.pointer("/items/pattern").and_then(|p| p.as_str());
+        assert!(pattern.is_some_and(|p| p.starts_with("^(\\*|")), "{hosts}");
     }
 }

@@ -271,7 +271,8 @@ pub fn status_of<'a>(
         .and_then(|s| selector::matches(s, &BTreeMap::new()).err());
     let refused = policy.spec.refused_kinds();
     let bad_keys = policy.spec.refused_keys();
-    let valid = match &invalid {
+    let unchecked = unchecked_note(&policy.spec.unchecked_kinds());
+    let mut valid = match &invalid {
         Some(err) => condition(
             previous,
             "Valid",
@@ -308,8 +309,17 @@ pub fn status_of<'a>(
                 refused.join("; spec.")
             ),
         ),
-        None => condition(previous, "Valid", true, "Valid", String::new()),
+        // Valid, but the admin should know what the policy hands out unchecked.
+        None => match &unchecked {
+            Some(note) => condition(previous, "Valid", true, "UncheckedKinds", note.clone()),
+            None => condition(previous, "Valid", true, "Valid", String::new()),
+        },
     };
+    if valid.status == "False"
+        && let Some(note) = &unchecked
+    {
+        valid.message = format!("{}; {note}", valid.message);
+    }
     let overlapping = if shadowed.is_empty() {
         condition(previous, "Overlapping", false, "NoOverlap", String::new())
     } else {
@@ -329,6 +339,21 @@ pub fn status_of<'a>(
         namespace_count: u32::try_from(governed.len()).unwrap_or(u32::MAX),
         namespaces: governed.into_iter().take(STATUS_NAMESPACES).collect(),
         conditions: vec![valid, overlapping],
+    }
+}
+
+/// What the `Valid` condition says of the extra kinds whose bodies the guard does not check
+/// (`None`: there are none).
+fn unchecked_note(kinds: &[String]) -> Option<String> {
+    match kinds {
+        [] => None,
+        [kind] => Some(format!(
+            "extraKinds {kind}: the host does not check its body; plans may set any field of it"
+        )),
+        kinds => Some(format!(
+            "extraKinds {}: the host does not check their bodies; plans may set any field of them",
+            kinds.join(", ")
+        )),
     }
 }
 
@@ -407,6 +432,67 @@ mod tests {
             Some(&got),
             &status_of(&team, all.iter(), &namespaces, None)
         ));
+    }
+
+    #[test]
+    fn extra_kinds_whose_bodies_go_unchecked_are_named_in_valid() {
+        let kinds = |kinds: serde_json::Value| {
+            policy("p", json!({"namespaces": ["ns"], "extraKinds": kinds}))
+        };
+        let checked = kinds(json!([
+            {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "resource": "ingresses"},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "resource": "networkpolicies"},
+            {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "resource": "servicemonitors"},
+            {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "resource": "horizontalpodautoscalers"},
+            {"apiVersion": "batch/v1", "kind": "CronJob", "resource": "cronjobs"},
+            {"apiVersion": "v1", "kind": "Secret", "resource": "secrets"},
+        ]));
+        let valid = &status_of(&checked, [checked.clone()].iter(), &[], None).conditions[0];
+        assert_eq!(
+            (
+                valid.status.as_str(),
+                valid.reason.as_str(),
+                valid.message.as_str()
+            ),
+            ("True", "Valid", "")
+        );
+
+        let one = kinds(json!([
+            {"apiVersion": "example.com/v1", "kind": "Widget", "resource": "widgets"},
+            {"apiVersion": "batch/v1", "kind": "CronJob", "resource": "cronjobs"},
+        ]));
+        let valid = &status_of(&one, [one.clone()].iter(), &[], None).conditions[0];
+        assert_eq!(
+            (
+                valid.status.as_str(),
+                valid.reason.as_str(),
+                valid.message.as_str()
+            ),
+            (
+                "True",
+                "UncheckedKinds",
+                "extraKinds example.com/v1/Widget: the host does not check its body; plans may \
+                 set any field of it"
+            )
+        );
+
+        // Refused kinds make the policy invalid; the unchecked ones are still named.
+        let both = kinds(json!([
+            {"apiVersion": "v1", "kind": "Endpoints", "resource": "endpoints"},
+            {"apiVersion": "example.com/v1", "kind": "Widget", "resource": "widgets"},
+            {"apiVersion": "monitoring.coreos.com/v1", "kind": "Probe", "resource": "probes"},
+        ]));
+        let valid = &status_of(&both, [both.clone()].iter(), &[], None).conditions[0];
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", "KindRefused")
+        );
+        assert_eq!(
+            valid.message,
+            "spec.extraKinds[0] v1/Endpoints: never plannable; the rest of the policy applies; \
+             extraKinds example.com/v1/Widget, monitoring.coreos.com/v1/Probe: the host does not \
+             check their bodies; plans may set any field of them"
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::plugin::{
 /// decision runs on one, see [`super::execute`]).
 pub struct HostCalls {
     loaded: Arc<LoadedPlugin>,
+    /// The App's namespace, whose share of the memory budget its calls take.
+    namespace: String,
     input: Arc<AppContext>,
     limits: CallLimits,
     tags: CallTags,
@@ -26,7 +28,8 @@ pub struct HostCalls {
 }
 
 impl HostCalls {
-    /// Calls of `loaded` on `input` with `limits`, tagged with the App's `namespace/name`.
+    /// Calls of `loaded` on `input` with `limits`, for an App of `namespace` and tagged with
+    /// the App's `namespace/name`.
     ///
     /// # Panics
     /// Outside a Tokio runtime.
@@ -34,6 +37,7 @@ impl HostCalls {
         loaded: Arc<LoadedPlugin>,
         input: Arc<AppContext>,
         limits: CallLimits,
+        namespace: String,
         app: String,
     ) -> Self {
         let tags = CallTags {
@@ -42,6 +46,7 @@ impl HostCalls {
         };
         Self {
             loaded,
+            namespace,
             input,
             limits,
             tags,
@@ -64,12 +69,12 @@ impl HostCalls {
     {
         let (limits, tags, input) = (self.limits, self.tags.clone(), Arc::clone(&self.input));
         self.runtime
-            .block_on(
-                self.loaded
-                    .run(interface, limits.memory_bytes, move |plugin, engine| {
-                        call(plugin, engine, &limits, tags, &input)
-                    }),
-            )
+            .block_on(self.loaded.run(
+                interface,
+                &self.namespace,
+                limits.memory_bytes,
+                move |plugin, engine| call(plugin, engine, &limits, tags, &input),
+            ))
             .map_err(|err| Failure::new(err.reason(), err.to_string()))
     }
 }

@@ -72,7 +72,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     }
     let state = source.as_ref().map(|s| {
         // After a restart the registry is empty: load the plugin before deciding anything.
-        ctx.plugins.acquire(s)
+        ctx.plugins.acquire(s, &namespace)
     });
     // The plugin decides what deletion does (retention): until it is loaded (as after every
     // restart) or while its source fails, deletion waits rather than skipping `finalize`.
@@ -110,7 +110,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     // The App's own limits hold for finalize as for every other call.
     let limits = call_limits(app, &loaded);
     let decision = loaded
-        .run("finalize", limits.memory_bytes, move |p, e| {
+        .run("finalize", &namespace, limits.memory_bytes, move |p, e| {
             p.call_finalize(e, &limits, tg, &input)
         })
         .await;

@@ -174,7 +174,19 @@ pub async fn execute(
     decision: Decision,
     rules: Option<&Policy>,
 ) -> Result<Action, Error> {
-    let writer = Writer { app, ctx, rules };
+    // The claims the host knows are the App's (labelled with it, from the claim cache).
+    let claims = snapshot
+        .observed
+        .iter()
+        .filter(|o| o.api_version == "v1" && o.kind == "PersistentVolumeClaim")
+        .map(|o| o.name.as_str())
+        .collect();
+    let writer = Writer {
+        app,
+        ctx,
+        rules,
+        claims,
+    };
     let decision = match write_objects(&writer, &decision).await {
         Ok(()) => decision,
         Err(WriteError::Refused(failure)) => decide::failed(snapshot, failure),
@@ -241,6 +253,8 @@ struct Writer<'a> {
     ctx: &'a Context,
     /// The namespace's rules (kinds), `None` for a decision without a plugin (no writes).
     rules: Option<&'a Policy>,
+    /// Names of the claims labelled with the App.
+    claims: std::collections::BTreeSet<&'a str>,
 }
 
 async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteError> {
@@ -280,6 +294,7 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
             }
         }
     }
+    claims_of_statefulsets(w, decision).await?;
     // In two waves, each in parallel: first what workloads use (configuration, accounts,
     // services, claims), then the rest (workloads and every other kind), only once the first
     // wave is all applied, so that a refused ConfigMap never leaves a Deployment rolling out to
@@ -307,6 +322,68 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
     }
     for key in &decision.backup_expire {
         delete(w, key, "expiring backup").await?;
+    }
+    Ok(())
+}
+
+/// Refuses a decision whose StatefulSets would take over a claim that is not the App's. The
+/// StatefulSet controller names its claims `<template>-<set>-<ordinal>` and adopts an existing
+/// claim of that name, whoever made it, so a plan could reach another App's data by naming a
+/// set and template that spell one of its claims (`data-billing-db-0` is also template
+/// `data-billing` of a set `db`). Only names not already known as the App's claims cost a read,
+/// and only for StatefulSets being applied (a steady App reads nothing); the decision core has
+/// bounded how many there are ([`wasmop_core::claims`]).
+async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteError> {
+    use wasmop_core::claims::StatefulSetClaims;
+    let names: Vec<(String, String)> = decision
+        .apply
+        .iter()
+        .filter(|o| o.api_version() == "apps/v1" && o.kind() == "StatefulSet")
+        .flat_map(|set| {
+            let claims = StatefulSetClaims::of(set);
+            claims
+                .names()
+                .map(|claim| (set.name().to_string(), claim))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(_, claim)| !w.claims.contains(claim.as_str()))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
+    let app = w.app.name_any();
+    let reads: Vec<_> = names
+        .iter()
+        .map(|(set, claim)| {
+            let api = api.clone();
+            async move { (set, claim, api.get_opt(claim).await) }
+        })
+        .collect();
+    let mut reads = futures::stream::iter(reads).buffered(IN_FLIGHT);
+    while let Some((set, claim, read)) = reads.next().await {
+        match read {
+            Ok(None) => {}
+            Ok(Some(existing))
+                if existing.labels().get(APP_LABEL).map(String::as_str) == Some(app.as_str()) => {}
+            Ok(Some(_)) => {
+                return Err(WriteError::Refused(Failure::new(
+                    "PlanRejected",
+                    format!(
+                        "plan rejected: StatefulSet/{set} would take over \
+                         PersistentVolumeClaim/{claim}, which exists and is not this App's \
+                         (wasmop/claimSource)"
+                    ),
+                )));
+            }
+            Err(source) => {
+                return Err(WriteError::Kube {
+                    what: format!("reading PersistentVolumeClaim/{claim}"),
+                    source,
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -152,7 +152,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             format!("{reason} (under {})", governing.name),
         );
     }
-    let state = ctx.plugins.acquire(&source);
+    let state = ctx.plugins.acquire(&source, namespace);
     let Some(loaded) = state.current.clone() else {
         let plugin = match &state.last_error {
             Some(err) => PluginState::Broken {
@@ -226,6 +226,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         Arc::clone(&loaded),
         Arc::new(input),
         limits,
+        namespace.clone(),
         app_ref.key(),
     ));
     Prepared::Serving {

@@ -76,7 +76,9 @@ pub struct BackupConfig {
     pub storage: String,
     /// Use this existing PVC instead of creating `<app>-backups`. Backups on
     /// it outlive the App; the created one is deleted with the App (but kept
-    /// while the App lives, even if backups are switched off).
+    /// while the App lives, even if backups are switched off). The host lets
+    /// backup Jobs mount only the App's own claims, so label it
+    /// `wasmop.dev/app=<app>` (finalize never deletes it: only data claims).
     pub claim_name: Option<String>,
     /// A tick missed by more than this many minutes (the store was down) is
     /// skipped rather than run late.

@@ -60,7 +60,9 @@ impl JobBuilder {
         self
     }
 
-    /// Adds a Pod volume.
+    /// Adds a Pod volume. The host's guard lets a pod mount only the App's own claims (for a
+    /// backup Job: those labelled with the App or in the same reconcile's plan) and refuses
+    /// Secret-bearing volumes unless the namespace's policy allows Secrets.
     pub fn volume(mut self, volume: Volume) -> Self {
         self.volumes.push(volume);
         self

@@ -390,6 +390,7 @@ impl PlanCheck for NamespaceCheck {
         _: &str,
         _: &PluginObject,
         _: &BTreeSet<String>,
+        _: &BTreeSet<String>,
     ) -> Result<(), Failure> {
         Ok(())
     }

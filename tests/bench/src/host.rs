@@ -60,6 +60,8 @@ impl Host {
             .arg("--cache-key-file")
             .arg(&spec.cache_key_file)
             .args(["--insecure-registry", "127.0.0.1"])
+            // The local registry is on loopback, a private address the host refuses unless told.
+            .args(["--allow-private-registries", "127.0.0.0/8"])
             .args(["--log-format", "json"])
             .env("KUBECONFIG", &spec.kubeconfig)
             .env("POD_NAME", format!("bench-{}", spec.namespace))

@@ -1,6 +1,10 @@
-//! `health.check`: the report, its conditions checked (CamelCase, no host-reserved types).
+//! `health.check`: the report, its conditions checked (CamelCase, no host-reserved types, at
+//! most [`MAX_CONDITIONS`]).
 
 use super::*;
+
+/// Most conditions a health report may carry beside the host's own.
+pub const MAX_CONDITIONS: usize = 16;
 
 impl CompiledPlugin {
     /// Calls `health.check`.
@@ -40,6 +44,17 @@ impl CompiledPlugin {
                 .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
                 .sum::<usize>();
         self.check_size(capability, limits, size)?;
+        // Each condition is written into the App's status on every change; with the messages
+        // cut to 1 KiB, this bounds a status to a few tens of KiB whatever the plugin says.
+        if report.conditions.len() > MAX_CONDITIONS {
+            return Err(self.bad(
+                capability,
+                format!(
+                    "{} conditions; at most {MAX_CONDITIONS}",
+                    report.conditions.len()
+                ),
+            ));
+        }
         let mut seen = std::collections::BTreeSet::new();
         for c in &report.conditions {
             if RESERVED_CONDITIONS.contains(&c.condition_type.as_str())

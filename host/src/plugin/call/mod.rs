@@ -77,7 +77,7 @@ impl CompiledPlugin {
             .pre
             .instantiate(&mut store)
             .and_then(|instance| f(&mut store, &instance));
-        let last_words = store.data().flush_stdio();
+        let last_words = store.data_mut().flush_stdio();
         let plugin = self.label();
         result.map_err(|err| {
             if store.data().memory_exceeded() {

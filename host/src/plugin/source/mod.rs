@@ -42,7 +42,8 @@ pub struct OciRef {
     /// Cosign keys one of which must have signed the manifest; empty: no signature needed.
     pub keys: Vec<TrustedKey>,
     /// Hosts (`host[:port]`) besides the registry's own that a token `realm` may name: those of
-    /// the policy's `registries`; `None` (no allowlist): any.
+    /// the policy's `registries`; `None` (no allowlist): any. The same hosts, the cluster admin
+    /// vouching for them, may be reached at private addresses (see `oci::reach`).
     pub realm_hosts: Option<Vec<String>>,
     /// The largest component read, when the policy raises it (`None`: the default 8 MiB).
     pub max_component_bytes: Option<usize>,
@@ -162,7 +163,8 @@ pub struct OciRules {
     pub host_credentials: Vec<String>,
     /// Keys one of which must have signed every OCI plugin.
     pub keys: Vec<TrustedKey>,
-    /// Hosts a token realm may name besides the registry's own (`None`: any).
+    /// Hosts a token realm may name besides the registry's own (`None`: any), and which may be
+    /// reached at private addresses.
     pub realm_hosts: Option<Vec<String>>,
     /// The largest component an OCI source may deliver (`None`: the default).
     pub max_component_bytes: Option<usize>,

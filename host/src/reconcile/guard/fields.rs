@@ -117,7 +117,11 @@ pub(super) fn service(policy: &Policy, spec: &Value) -> Option<Breach> {
 /// A claim's `spec` at `at`: it may not bind or copy an existing volume, which could hold
 /// another tenant's data.
 pub(super) fn claim(spec: &Value, at: &str) -> Option<Breach> {
-    for field in ["volumeName", "dataSource", "dataSourceRef"] {
+    // `selector` too: a claim with a selector is never dynamically provisioned (upstream: "If
+    // the claim has a selector, it cannot be provisioned"), so its only use is binding an
+    // existing Available PersistentVolume whose labels match, possibly one with another
+    // tenant's data (with `storageClassName: ""`, any such volume of the cluster).
+    for field in ["volumeName", "dataSource", "dataSourceRef", "selector"] {
         if spec.get(field).is_some_and(|v| !v.is_null() && v != "") {
             return breach(
                 format!("{at}.{field}"),
@@ -190,8 +194,12 @@ mod tests {
     #[test]
     fn claims_get_new_volumes() {
         assert_eq!(claim(&json!({"resources": {}}), "spec"), None);
-        for field in ["volumeName", "dataSource", "dataSourceRef"] {
-            let spec = json!({ field: if field == "volumeName" { json!("pv-1") } else { json!({"kind": "PersistentVolumeClaim", "name": "x"}) } });
+        for field in ["volumeName", "dataSource", "dataSourceRef", "selector"] {
+            let spec = json!({ field: match field {
+                "volumeName" => json!("pv-1"),
+                "selector" => json!({"matchLabels": {"team": "b"}}),
+                _ => json!({"kind": "PersistentVolumeClaim", "name": "x"}),
+            }});
             assert_eq!(
                 claim(&spec, "spec").expect(field).path,
                 format!("spec.{field}")

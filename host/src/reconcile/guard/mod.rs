@@ -4,17 +4,26 @@
 //! namespace, well named, unique and bounded in size, with no metadata the host owns
 //! ([`fields::metadata`]), no Service exposure or claim on existing volumes beyond the policy
 //! ([`fields`]), and every pod template within the policy's Pod Security Standards level and
-//! wasmop's own pod rules ([`pods`]). A plan that breaks any rule is rejected whole, with an
+//! wasmop's own pod rules ([`pods`]: ServiceAccounts, scheduling, claim volumes, Secrets; a
+//! planned ServiceAccount lends no Secret either, [`secrets`]), and the bodies of the extra kinds the host knows how to
+//! check ([`extra`]). A plan that breaks any rule is rejected whole, with an
 //! error naming the object, the field and the rule. Backup Jobs go through [`check_job`], the
 //! same rules.
 
+mod extra;
 mod fields;
+mod live;
 mod pods;
+mod scheduling;
+mod secrets;
+mod volumes;
 
 use std::{borrow::Cow, collections::BTreeSet};
 
 use serde_json::Value;
 use wasmop_core::{Failure, PlanCheck};
+
+pub use self::scheduling::Scheduling;
 
 use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
 use crate::plugin::{
@@ -28,18 +37,30 @@ use crate::plugin::{
 pub struct Policy {
     /// The Pod Security Standards level every pod template must meet.
     pub pod_security: Level,
-    /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`).
+    /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`, `imagePullSecrets`).
     pub allow_secrets: bool,
+    /// Where pods may be scheduled beyond the safe defaults ([`scheduling`]).
+    pub scheduling: Scheduling,
     /// Service types a plan may use (`ClusterIP` covers headless Services).
     pub service_types: Vec<String>,
     /// Kinds a plan may hold beyond [`PLANNABLE`].
     pub extra_kinds: Vec<Kind>,
+    /// Hosts Ingresses may serve: exact names, `*.suffix` wildcards, or `*` for every host and
+    /// the catch-alls (see [`extra`]).
+    pub ingress_hosts: Vec<String>,
+    /// IngressClasses Ingresses may name (`None`: any, or none).
+    pub ingress_classes: Option<Vec<String>>,
     /// Where OCI plugins may come from: prefixes of `registry/repository` (`None`: anywhere).
     pub registries: Option<Vec<String>>,
     /// Whether plugins may come from ConfigMaps in the App's namespace.
     pub config_map_sources: bool,
     /// Whose credentials OCI plugins are read with, and whose signatures they need.
     pub oci: OciRules,
+    /// The most PersistentVolumeClaims one App may hold ([`wasmop_core::claims`]).
+    pub max_claims: usize,
+    /// Whether objects an App runs that these rules forbid (applied under a laxer policy) are
+    /// deleted, not only reported ([`live`]).
+    pub remove_violations: bool,
 }
 
 impl Policy {
@@ -90,11 +111,16 @@ impl Default for Policy {
         Self {
             pod_security: Level::Restricted,
             allow_secrets: false,
+            scheduling: Scheduling::default(),
             service_types: vec!["ClusterIP".into()],
             extra_kinds: Vec::new(),
+            ingress_hosts: Vec::new(),
+            ingress_classes: None,
             registries: None,
             config_map_sources: true,
             oci: OciRules::default(),
+            max_claims: wasmop_core::claims::DEFAULT_MAX_CLAIMS,
+            remove_violations: false,
         }
     }
 }
@@ -230,8 +256,9 @@ impl PlanCheck for AppCheck {
         slot: &str,
         job: &PluginObject,
         accounts: &BTreeSet<String>,
+        claims: &BTreeSet<String>,
     ) -> Result<(), Failure> {
-        check_job(&self.policy, &self.app, slot, job, accounts).map_err(|err| {
+        check_job(&self.policy, &self.app, slot, job, accounts, claims).map_err(|err| {
             Failure::new(
                 "PlanRejected",
                 format!("{err} (under {})", self.policy_name),
@@ -241,6 +268,23 @@ impl PlanCheck for AppCheck {
 
     fn prunable(&self, api_version: &str, kind: &str) -> bool {
         self.policy.kind(api_version, kind).is_some()
+    }
+
+    fn max_claims(&self) -> usize {
+        self.policy.max_claims
+    }
+
+    fn check_live(
+        &self,
+        object: &wasmop_core::observed::ObservedObject,
+        observed: &[wasmop_core::observed::ObservedObject],
+    ) -> Option<String> {
+        live::violation(&self.policy, &self.app, &self.namespace, object, observed)
+            .map(|found| format!("{found}, under {}", self.policy_name))
+    }
+
+    fn removes_violations(&self) -> bool {
+        self.policy.remove_violations
     }
 }
 
@@ -281,6 +325,16 @@ fn pod_template_path(api_version: &str, kind: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether the guard checks the body of objects of `kind` beyond their metadata: the kinds of
+/// [`extra`]'s table, the pod-bearing kinds (their pod templates) and `Secret` (its type). A
+/// policy's status names the extra kinds it adds that are none of these.
+pub fn checks_body(kind: &Kind) -> bool {
+    let api_version = kind.api_version();
+    extra::check_of(&api_version, &kind.kind).is_some()
+        || pod_template_path(&api_version, &kind.kind).is_some()
+        || (api_version == "v1" && kind.kind == "Secret")
+}
+
 /// The value at the dotted `path` of `value` (`""` is `value` itself).
 fn at_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.')
@@ -296,13 +350,35 @@ const MINTED_SECRET_TYPES: &[&str] = &[
     "bootstrap.kubernetes.io/token",
 ];
 
-/// The rules that read past `metadata`: pod templates, Services, claims, `status`. `accounts`
-/// are the ServiceAccounts the App's pods may run as.
+/// What a plan's pods may name because their App creates it.
+#[derive(Debug, Clone)]
+struct Owned {
+    /// ServiceAccounts: the plan's (for a backup Job, those the App's plan created).
+    accounts: BTreeSet<String>,
+    /// PersistentVolumeClaims: the plan's (for a backup Job, those labelled with the App and
+    /// those of the same reconcile's plan). A StatefulSet's own claims are not among them for a
+    /// plan: any name `<template>-<set>-<n>` could be another App's claim (`data-billing-db-0`
+    /// is also template `data-billing` of a set `db`), and a workload mounts its own claims
+    /// through its claim templates, not by name.
+    claims: BTreeSet<String>,
+}
+
+impl Owned {
+    /// Whether a pod may mount the claim `name` ([`volumes`]).
+    fn has_claim(&self, name: &str) -> bool {
+        self.claims.contains(name)
+    }
+}
+
+/// The rules that read past `metadata`: pod templates, Services, claims, extra kinds, `status`.
+/// `owned` is what the App's pods may use (ServiceAccounts, claims); `scope` is what
+/// [`extra`]'s checks read of the App and its plan.
 fn check_body(
     policy: &Policy,
     host_labels: &[(&str, &str)],
     object: &PluginObject,
-    accounts: &BTreeSet<String>,
+    owned: &Owned,
+    scope: extra::Scope<'_>,
 ) -> Result<(), Breach> {
     let field = |name: &str| {
         object.field(name).map_err(|err| Breach {
@@ -333,6 +409,24 @@ fn check_body(
             });
         }
         return Ok(());
+    }
+    if object.kind() == "ServiceAccount" && object.api_version() == "v1" && !policy.allow_secrets {
+        let (pull, secrets) = (field("imagePullSecrets")?, field("secrets")?);
+        if let Some(breach) = secrets::service_account(pull.as_ref(), secrets.as_ref()) {
+            return Err(breach);
+        }
+    }
+    if let Some(check) = extra::check_of(object.api_version(), object.kind()) {
+        let spec = field("spec")?.unwrap_or(Value::Null);
+        let body = extra::Body {
+            policy,
+            scope,
+            metadata: object.metadata(),
+            spec: &spec,
+        };
+        if let Some(breach) = check(&body) {
+            return Err(breach);
+        }
     }
     let template_at = pod_template_path(object.api_version(), object.kind());
     // Only the kinds with rules on their spec pay for parsing it (a StatefulSet's is most of
@@ -376,19 +470,24 @@ fn check_body(
         // A missing template is the API server's to reject; an empty one still gets every
         // check, so that nothing unchecked reaches it. Only the template is copied (a
         // StatefulSet's spec is mostly other things). A Pod is its own template: its spec is
-        // moved, and its metadata was checked above.
+        // moved beside a copy of its metadata (checked above as `metadata`), whose annotations
+        // pod security reads (the AppArmor annotations the API server still honours).
         let template = match at.strip_prefix("spec.") {
             Some(inner) => at_path(&spec, inner)
                 .cloned()
                 .unwrap_or_else(|| serde_json::json!({})),
-            None => Value::Object(serde_json::Map::from_iter([("spec".to_string(), spec)])),
+            None => serde_json::json!({
+                "metadata": Value::Object(object.metadata().clone()),
+                "spec": spec,
+            }),
         };
-        if let Some(meta) = template.get("metadata").and_then(Value::as_object)
+        if !at.is_empty()
+            && let Some(meta) = template.get("metadata").and_then(Value::as_object)
             && let Some(breach) = fields::metadata(meta, &format!("{at}.metadata"), host_labels)
         {
             return Err(breach);
         }
-        if let Some(breach) = pods::check(policy, &template, at, accounts) {
+        if let Some(breach) = pods::check(policy, &template, at, host_labels, owned) {
             return Err(breach);
         }
     }
@@ -397,13 +496,15 @@ fn check_body(
 
 /// Checks the backup Job for `slot` the plugin asked for, by the same rules as a planned
 /// object; its pods may run as the ServiceAccounts in `accounts` (those the App's plan
-/// created), and it may carry the slot's label.
+/// created) and mount the claims in `claims` (those labelled with the App or planned), and it
+/// may carry the slot's label.
 pub fn check_job(
     policy: &Policy,
     app: &str,
     slot: &str,
     job: &PluginObject,
     accounts: &BTreeSet<String>,
+    claims: &BTreeSet<String>,
 ) -> Result<(), GuardError> {
     let reject = |rule: String, reason: String| GuardError {
         object: format!("{}/{}", job.kind(), job.name()),
@@ -426,7 +527,16 @@ pub fn check_job(
         ));
     }
     let host_labels = [(fields::APP_LABEL, app), (BACKUP_SLOT_LABEL, slot)];
-    check_body(policy, &host_labels, job, accounts)
+    // A Job is none of the kinds `extra` checks, so what it would read is left empty.
+    let scope = extra::Scope {
+        namespace: "",
+        scalable: &BTreeSet::new(),
+    };
+    let owned = Owned {
+        accounts: accounts.clone(),
+        claims: claims.clone(),
+    };
+    check_body(policy, &host_labels, job, &owned, scope)
         .map_err(|b| reject(b.rule, format!("{}: {}", b.path, b.reason)))
 }
 
@@ -447,12 +557,35 @@ pub fn check(
             reason: format!("a plan may hold at most {MAX_OBJECTS} objects"),
         });
     }
-    // Pods may run as the ServiceAccounts this plan creates (and `default`, see `pods`).
-    let accounts: BTreeSet<String> = objects
+    // Pods may run as the ServiceAccounts this plan creates (and `default`, see `pods`), and
+    // mount the claims it creates (see `volumes`).
+    let named = |api_version: &str, kind: &str| -> BTreeSet<String> {
+        objects
+            .iter()
+            .filter(|o| o.kind() == kind && o.api_version() == api_version)
+            .map(|o| o.name().to_string())
+            .collect()
+    };
+    let owned = Owned {
+        accounts: named("v1", "ServiceAccount"),
+        claims: named("v1", "PersistentVolumeClaim"),
+    };
+    // An autoscaler may scale only the workloads of its own plan.
+    let scalable: BTreeSet<(String, String, String)> = objects
         .iter()
-        .filter(|o| o.kind() == "ServiceAccount" && o.api_version() == "v1")
-        .map(|o| o.name().to_string())
+        .filter(|o| extra::is_scalable(o.api_version(), o.kind()))
+        .map(|o| {
+            (
+                o.api_version().to_string(),
+                o.kind().to_string(),
+                o.name().to_string(),
+            )
+        })
         .collect();
+    let scope = extra::Scope {
+        namespace,
+        scalable: &scalable,
+    };
     let mut seen = BTreeSet::new();
     let mut guarded = Vec::with_capacity(objects.len());
     for mut object in objects {
@@ -514,7 +647,7 @@ pub fn check(
                 object.text_len()
             )));
         }
-        check_body(policy, &[(fields::APP_LABEL, app)], &object, &accounts).map_err(|b| {
+        check_body(policy, &[(fields::APP_LABEL, app)], &object, &owned, scope).map_err(|b| {
             GuardError {
                 object: format!("{}/{name}", object.kind()),
                 rule: b.rule,
@@ -824,13 +957,14 @@ mod tests {
             )
         };
         let fine = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
-        check_job(&Policy::default(), "kv", "s1", &job(fine), &BTreeSet::new()).expect("fine");
+        let none = BTreeSet::new();
+        check_job(&Policy::default(), "kv", "s1", &job(fine), &none, &none).expect("fine");
         let root = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0});
-        let err = check_job(&Policy::default(), "kv", "s1", &job(root), &BTreeSet::new())
-            .expect_err("root");
+        let err =
+            check_job(&Policy::default(), "kv", "s1", &job(root), &none, &none).expect_err("root");
         assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
         let cm = cm("not-a-job");
-        assert!(check_job(&Policy::default(), "kv", "s1", &cm, &BTreeSet::new()).is_err());
+        assert!(check_job(&Policy::default(), "kv", "s1", &cm, &none, &none).is_err());
     }
 
     #[test]
@@ -980,5 +1114,574 @@ mod tests {
             "type": "Opaque", "stringData": {"k": "v"}}),
         );
         check(&policy, "kv", "ns", &owns, vec![opaque]).expect("an Opaque Secret");
+    }
+
+    /// Issue 38: extra kinds' bodies, checked through the whole plan (an autoscaler's target
+    /// is looked up among the plan's own workloads).
+    #[test]
+    fn extra_kinds_bodies_are_held_to_the_policy_through_the_plan() {
+        let policy = Policy {
+            ingress_hosts: vec!["kv.example.com".into()],
+            ..with_extra(&[
+                ("networking.k8s.io", "v1", "Ingress", "ingresses"),
+                (
+                    "monitoring.coreos.com",
+                    "v1",
+                    "ServiceMonitor",
+                    "servicemonitors",
+                ),
+                (
+                    "autoscaling",
+                    "v2",
+                    "HorizontalPodAutoscaler",
+                    "horizontalpodautoscalers",
+                ),
+            ])
+        };
+        let mut owns = all();
+        owns.extend([
+            "networking.k8s.io/v1/Ingress".to_string(),
+            "monitoring.coreos.com/v1/ServiceMonitor".into(),
+            "autoscaling/v2/HorizontalPodAutoscaler".into(),
+        ]);
+        let ingress = |annotations: Value, host: &str| {
+            obj(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": "kv", "annotations": annotations},
+                "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "kv", "port": {"number": 80}}}}]}}]}}),
+            )
+        };
+        let monitor = |endpoint: Value| {
+            obj(
+                json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": "kv"},
+                "spec": {"selector": {"matchLabels": {"app": "kv"}}, "endpoints": [endpoint]}}),
+            )
+        };
+        let hpa = |target: &str| {
+            obj(
+                json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": "kv"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                         "minReplicas": 1, "maxReplicas": 5}}),
+            )
+        };
+        let good = vec![
+            deployment("web", |_| {}),
+            ingress(json!({}), "kv.example.com"),
+            monitor(json!({"port": "metrics"})),
+            hpa("web"),
+        ];
+        check(&policy, "kv", "ns", &owns, good).expect("within the policy");
+        let cases = [
+            (
+                ingress(
+                    json!({"nginx.ingress.kubernetes.io/configuration-snippet": "return 200;"}),
+                    "kv.example.com",
+                ),
+                "wasmop/ingressSnippet",
+                "plan rejected: Ingress/kv: metadata.annotations[\"nginx.ingress.kubernetes.io/configuration-snippet\"]: ingress-nginx copies snippets",
+            ),
+            (
+                ingress(json!({}), "bank.example.com"),
+                "wasmop/ingressHost",
+                "plan rejected: Ingress/kv: spec.rules[0].host: \"bank.example.com\" is not a host the policy allows (ingressHosts: kv.example.com)",
+            ),
+            (
+                monitor(json!({"port": "metrics",
+                    "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"})),
+                "wasmop/monitorFile",
+                "plan rejected: ServiceMonitor/kv: spec.endpoints[0].bearerTokenFile: ",
+            ),
+            (
+                hpa("other-app"),
+                "wasmop/scaleTarget",
+                "plan rejected: HorizontalPodAutoscaler/kv: spec.scaleTargetRef: Deployment/other-app is not",
+            ),
+        ];
+        for (object, rule, message) in cases {
+            let plan = vec![deployment("web", |_| {}), object];
+            let err = check(&policy, "kv", "ns", &owns, plan).expect_err(message);
+            assert_eq!(err.rule, rule, "{err}");
+            assert!(err.to_string().starts_with(message), "{err}");
+        }
+        // The same Ingress is refused by default: no host is listed.
+        let default = Policy {
+            ingress_hosts: Vec::new(),
+            ..policy.clone()
+        };
+        let err = check(
+            &default,
+            "kv",
+            "ns",
+            &owns,
+            vec![ingress(json!({}), "kv.example.com")],
+        )
+        .expect_err("no hosts by default");
+        assert_eq!(err.rule, "wasmop/ingressHost", "{err}");
+        assert!(checks_body(&Kind::builtin(
+            "networking.k8s.io",
+            "v1",
+            "Ingress",
+            "ingresses"
+        )));
+        assert!(checks_body(&Kind::builtin(
+            "batch", "v1", "CronJob", "cronjobs"
+        )));
+        assert!(!checks_body(&Kind::builtin(
+            "example.com",
+            "v1",
+            "Widget",
+            "widgets"
+        )));
+    }
+
+    /// The rows of issue 38's tables, each refused with its field and rule: `(policy, object,
+    /// rule, "Kind/name: path")`. Every pod here passes `restricted` but for the attack.
+    #[test]
+    fn issue_38_what_an_attacker_plans_is_refused_with_field_and_rule() {
+        let baseline = Policy {
+            pod_security: Level::Baseline,
+            ..Policy::default()
+        };
+        let pods = with_extra(&[("", "v1", "Pod", "pods")]);
+        let volume = |source: Value| {
+            deployment("evil", move |t| {
+                t["spec"]["volumes"] = json!([{"name": "v"}]);
+                if let (Some(v), Some(s)) =
+                    (t["spec"]["volumes"][0].as_object_mut(), source.as_object())
+                {
+                    v.extend(s.clone());
+                }
+            })
+        };
+        let ephemeral = |claim: Value| volume(json!({"ephemeral": {"volumeClaimTemplate": claim}}));
+        let sa = |field: &str| {
+            obj(
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "evil"},
+                field: [{"name": "team-b-registry"}]}),
+            )
+        };
+        let d = Policy::default;
+        let cases: Vec<(Policy, PluginObject, &str, &str)> = vec![
+            (
+                d(),
+                ephemeral(json!({"spec": {"volumeName": "any-pv", "storageClassName": ""}})),
+                "wasmop/claimSource",
+                "Deployment/evil: spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.volumeName",
+            ),
+            (
+                d(),
+                ephemeral(
+                    json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "other-app-data"}}}),
+                ),
+                "wasmop/claimSource",
+                "Deployment/evil: spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSource",
+            ),
+            (
+                d(),
+                ephemeral(
+                    json!({"spec": {"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "other-app-data"}}}),
+                ),
+                "wasmop/claimSource",
+                "Deployment/evil: spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSourceRef",
+            ),
+            (
+                d(),
+                ephemeral(
+                    json!({"metadata": {"labels": {"wasmop.dev/app": "someone-else"}}, "spec": {}}),
+                ),
+                "wasmop/metadata",
+                "Deployment/evil: spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.metadata.labels[\"wasmop.dev/app\"]",
+            ),
+            (
+                d(),
+                ephemeral(json!({"metadata": {"finalizers": ["example.com/hold"]}, "spec": {}})),
+                "wasmop/metadata",
+                "Deployment/evil: spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.metadata.finalizers",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["priorityClassName"] = json!("system-node-critical")
+                }),
+                "wasmop/priorityClass",
+                "Deployment/evil: spec.template.spec.priorityClassName",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["priorityClassName"] = json!("system-cluster-critical")
+                }),
+                "wasmop/priorityClass",
+                "Deployment/evil: spec.template.spec.priorityClassName",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""})
+                }),
+                "wasmop/nodeLabels",
+                "Deployment/evil: spec.template.spec.nodeSelector[\"node-role.kubernetes.io/control-plane\"]",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["tolerations"] = json!([{"operator": "Exists"}])
+                }),
+                "wasmop/tolerations",
+                "Deployment/evil: spec.template.spec.tolerations[0]",
+            ),
+            (
+                d(),
+                deployment(
+                    "evil",
+                    |t| t["spec"]["tolerations"] = json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]),
+                ),
+                "wasmop/tolerations",
+                "Deployment/evil: spec.template.spec.tolerations[0].key",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}})
+                }),
+                "wasmop/nodeLabels",
+                "Deployment/evil: spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}})
+                }),
+                "wasmop/nodeLabels",
+                "Deployment/evil: spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].key",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["affinity"] = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "preference": {"matchExpressions": [{"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}}]}})
+                }),
+                "wasmop/nodeLabels",
+                "Deployment/evil: spec.template.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["runtimeClassName"] = json!("runc-privileged")
+                }),
+                "wasmop/runtimeClass",
+                "Deployment/evil: spec.template.spec.runtimeClassName",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["schedulerName"] = json!("my-scheduler")
+                }),
+                "wasmop/scheduler",
+                "Deployment/evil: spec.template.spec.schedulerName",
+            ),
+            (
+                d(),
+                deployment("evil", |t| {
+                    t["spec"]["imagePullSecrets"] = json!([{"name": "team-b-registry"}])
+                }),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.imagePullSecrets",
+            ),
+            (
+                d(),
+                sa("imagePullSecrets"),
+                "wasmop/secrets",
+                "ServiceAccount/evil: imagePullSecrets",
+            ),
+            (
+                d(),
+                sa("secrets"),
+                "wasmop/secrets",
+                "ServiceAccount/evil: secrets",
+            ),
+            (
+                baseline.clone(),
+                volume(json!({"azureFile": {"secretName": "team-b", "shareName": "s"}})),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].azureFile.secretName",
+            ),
+            (
+                baseline.clone(),
+                volume(
+                    json!({"cephfs": {"monitors": ["10.0.0.1"], "secretRef": {"name": "team-b"}}}),
+                ),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].cephfs.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(json!({"cinder": {"volumeID": "x", "secretRef": {"name": "team-b"}}})),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].cinder.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(json!({"flexVolume": {"driver": "x/y", "secretRef": {"name": "team-b"}}})),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].flexVolume.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(
+                    json!({"iscsi": {"targetPortal": "10.0.0.1", "iqn": "iqn.x", "lun": 0, "chapAuthSession": true, "secretRef": {"name": "team-b"}}}),
+                ),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].iscsi.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(
+                    json!({"rbd": {"monitors": ["10.0.0.1"], "image": "i", "secretRef": {"name": "team-b"}}}),
+                ),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].rbd.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(
+                    json!({"scaleIO": {"gateway": "g", "system": "s", "secretRef": {"name": "team-b"}}}),
+                ),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].scaleIO.secretRef",
+            ),
+            (
+                baseline.clone(),
+                volume(json!({"storageos": {"volumeName": "v", "secretRef": {"name": "team-b"}}})),
+                "wasmop/secrets",
+                "Deployment/evil: spec.template.spec.volumes[0].storageos.secretRef",
+            ),
+            (
+                pods.clone(),
+                obj(
+                    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "evil",
+                    "annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}},
+                    "spec": deployment_spec()}),
+                ),
+                "podSecurity/appArmorProfile",
+                "Pod/evil: metadata.annotations[container.apparmor.security.beta.kubernetes.io/main]",
+            ),
+            (
+                d(),
+                volume(json!({"persistentVolumeClaim": {"claimName": "other-app-data"}})),
+                "wasmop/claimSource",
+                "Deployment/evil: spec.template.spec.volumes[0].persistentVolumeClaim.claimName",
+            ),
+        ];
+        let owns = {
+            let mut owns = all();
+            owns.push("v1/Pod".into());
+            owns
+        };
+        let mut passed = Vec::new();
+        for (policy, object, rule, message) in cases {
+            match check(&policy, "kv", "ns", &owns, vec![cm("fine"), object]) {
+                Ok(_) => passed.push(format!("{message}: accepted")),
+                Err(err) => {
+                    let text = err.to_string();
+                    if err.rule != rule || !text.starts_with(&format!("plan rejected: {message}: "))
+                    {
+                        passed.push(format!("{message}: wrong refusal {} {text}", err.rule));
+                    }
+                }
+            }
+        }
+        assert!(
+            passed.is_empty(),
+            "{} rows not refused as they should be:\n{}",
+            passed.len(),
+            passed.join("\n")
+        );
+    }
+
+    /// The pod spec of [`deployment`]'s template.
+    fn deployment_spec() -> Value {
+        let object = deployment("x", |_| {}).to_value();
+        object["spec"]["template"]["spec"].clone()
+    }
+
+    /// Backup Jobs get the claim rules: their pods mount the claims labelled with the App (the
+    /// host's claim cache) and ephemeral claims as a plan's pods do, and their ephemeral claims
+    /// may carry the slot label as the Job does.
+    #[test]
+    fn backup_jobs_mount_only_the_apps_claims() {
+        let job = |volume: Value| {
+            obj(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b"},
+                "spec": {"template": {"spec": {
+                    "automountServiceAccountToken": false, "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "b", "image": "i", "securityContext":
+                        {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+                    "volumes": [volume],
+                }}}}),
+            )
+        };
+        let accounts = BTreeSet::new();
+        let claims = BTreeSet::from(["kv-backups".to_string()]);
+        let run = |volume: Value| {
+            check_job(
+                &Policy::default(),
+                "kv",
+                "s1",
+                &job(volume),
+                &accounts,
+                &claims,
+            )
+        };
+        run(json!({"name": "b", "persistentVolumeClaim": {"claimName": "kv-backups"}}))
+            .expect("the App's claim");
+        run(
+            json!({"name": "b", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels":
+            {"wasmop.dev/app": "kv", "wasmop.dev/backup-slot": "s1"}}, "spec": {}}}}),
+        )
+        .expect("the slot's label");
+        let err =
+            run(json!({"name": "b", "persistentVolumeClaim": {"claimName": "shared-backups"}}))
+                .expect_err("not the App's");
+        assert_eq!(err.rule, "wasmop/claimSource", "{err}");
+        assert!(
+            err.to_string().starts_with("plan rejected: Job/b: spec.template.spec.volumes[0].persistentVolumeClaim.claimName: \"shared-backups\" is not a claim this App creates"),
+            "{err}"
+        );
+        let err = run(json!({"name": "b", "ephemeral": {"volumeClaimTemplate": {"spec": {"volumeName": "pv-1"}}}}))
+            .expect_err("an existing volume");
+        assert_eq!(err.rule, "wasmop/claimSource", "{err}");
+    }
+
+    /// What the rules allow beside what they refuse: a plan's own planned claims,
+    /// node-condition tolerations, and under a policy the relaxed fields.
+    #[test]
+    fn a_plan_mounts_its_own_claims_and_policies_relax_scheduling() {
+        let claim = obj(
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "kv-backups"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        );
+        let sts = obj(
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "kv"},
+            "spec": {"volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {}}]}}),
+        );
+        let mounts = |claim: &str| {
+            let claim = claim.to_string();
+            deployment("d", move |t| {
+                t["spec"]["volumes"] =
+                    json!([{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]);
+                t["spec"]["tolerations"] = json!([{"key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]);
+            })
+        };
+        check(
+            &Policy::default(),
+            "kv",
+            "ns",
+            &all(),
+            vec![claim.clone(), sts.clone(), mounts("kv-backups")],
+        )
+        .expect("a planned claim");
+        // A name shaped like the StatefulSet's claims is no proof (another App's
+        // `data-billing-kv-0` is template `data-billing` of the set `kv`).
+        for name in ["data-kv-0", "data-billing-kv-0"] {
+            let err = check(
+                &Policy::default(),
+                "kv",
+                "ns",
+                &all(),
+                vec![claim.clone(), sts.clone(), mounts(name)],
+            )
+            .expect_err(name);
+            assert_eq!(err.rule, "wasmop/claimSource", "{err}");
+        }
+        let err = check(
+            &Policy::default(),
+            "kv",
+            "ns",
+            &all(),
+            vec![sts.clone(), mounts("kv-backups")],
+        )
+        .expect_err("not planned");
+        assert_eq!(err.rule, "wasmop/claimSource");
+        assert!(
+            err.reason
+                .contains("a pod may mount only a claim the same plan holds"),
+            "{err}"
+        );
+
+        let pinned = deployment("d", |t| {
+            t["spec"]["priorityClassName"] = json!("system-cluster-critical");
+            t["spec"]["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""});
+            t["spec"]["tolerations"] =
+                json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]);
+            t["spec"]["runtimeClassName"] = json!("kata");
+            t["spec"]["schedulerName"] = json!("volcano");
+        });
+        check(&Policy::default(), "kv", "ns", &all(), vec![pinned.clone()])
+            .expect_err("by default");
+        let open = Policy {
+            scheduling: Scheduling {
+                priority_classes: Some(vec!["system-cluster-critical".into()]),
+                tolerations: vec!["node-role.kubernetes.io/control-plane".into()],
+                node_labels: vec!["node-role.kubernetes.io/control-plane".into()],
+                runtime_classes: vec!["kata".into()],
+                schedulers: vec!["volcano".into()],
+            },
+            ..Policy::default()
+        };
+        check(&open, "kv", "ns", &all(), vec![pinned]).expect("the policy lists each");
+    }
+
+    /// With Secrets allowed, pull secrets and a ServiceAccount's Secrets pass; a bare Pod's
+    /// allowed AppArmor annotation passes too, and its metadata is still checked as `metadata`.
+    #[test]
+    fn allowed_secrets_and_a_bare_pods_metadata() {
+        let open = Policy {
+            allow_secrets: true,
+            ..with_extra(&[("", "v1", "Pod", "pods")])
+        };
+        let mut owns = all();
+        owns.push("v1/Pod".into());
+        let sa = obj(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "s"},
+            "imagePullSecrets": [{"name": "r"}], "secrets": [{"name": "x"}]}),
+        );
+        let pulls = deployment("d", |t| {
+            t["spec"]["imagePullSecrets"] = json!([{"name": "r"}])
+        });
+        check(&open, "kv", "ns", &owns, vec![sa, pulls]).expect("Secrets allowed");
+        let pod = |annotations: Value| {
+            obj(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "annotations": annotations}, "spec": deployment_spec()}))
+        };
+        check(
+            &open,
+            "kv",
+            "ns",
+            &owns,
+            vec![pod(json!({
+            "container.apparmor.security.beta.kubernetes.io/main": "runtime/default"}))],
+        )
+        .expect("an allowed profile");
+        let err = check(
+            &open,
+            "kv",
+            "ns",
+            &owns,
+            vec![pod(json!({"wasmop.dev/x": "y"}))],
+        )
+        .expect_err("host annotation");
+        assert!(
+            err.reason
+                .starts_with("metadata.annotations[\"wasmop.dev/x\"]"),
+            "{err}"
+        );
     }
 }

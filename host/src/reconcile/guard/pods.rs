@@ -1,26 +1,41 @@
 //! The guard's rules for a pod template: the Pod Security Standards level of the policy
 //! ([`pod_security`]), then wasmop's own rules, which hold at every level because they protect
-//! what the namespace already holds rather than the node:
+//! what the namespace and the cluster already hold rather than the node:
 //! - the pod runs as a ServiceAccount the same plan creates, or as `default` with
-//!   `automountServiceAccountToken: false` (and then no projected token): a plugin must not
-//!   borrow the credentials of another ServiceAccount in the namespace, the host's included;
+//!   `automountServiceAccountToken: false` (and then no projected token or pod certificate,
+//!   both credentials of the account): a plugin must not borrow the credentials of another
+//!   ServiceAccount in the namespace, the host's included;
 //! - no `nodeName`, which bypasses the scheduler (and so admission that happens there);
-//! - no Secret, by volume, projected source, CSI secret reference, `envFrom` or `secretKeyRef`,
-//!   unless the policy allows Secrets: the App author may not read Secrets through a plugin.
+//! - scheduling within the policy's bounds: no system priority, no tolerations but of node
+//!   conditions, no node selection by role or name, only listed runtime classes and schedulers
+//!   ([`scheduling`]);
+//! - volumes that are claims reach only claims the App creates, as a planned claim may not
+//!   bind or clone another's: an ephemeral volume's claim template gets a planned claim's
+//!   rules, and a `persistentVolumeClaim` volume names a claim of the same plan (or of its
+//!   StatefulSets; for a backup Job, one labelled with the App), never another App's claim in
+//!   the namespace ([`volumes`]). A pod may mount any ConfigMap of the namespace, planned or
+//!   not: ConfigMaps are not secret by Kubernetes' own contract, and a ConfigMap volume is
+//!   read-only (see [`volumes`]);
+//! - no Secret, by volume (of any type that names one), projected source, `envFrom`,
+//!   `secretKeyRef` or `imagePullSecrets`, unless the policy allows Secrets ([`secrets`]): the
+//!   App author may not read Secrets through a plugin.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{Breach, Policy};
+use super::{Breach, Owned, Policy, scheduling, secrets, volumes};
 use crate::reconcile::pod_security;
 
 /// Checks the pod template at `at` (like `spec.template`) of an object; the first breach.
+/// `host_labels` are the `wasmop.dev/*` labels its ephemeral claims may carry, `owned` what its
+/// App creates.
 pub(super) fn check(
     policy: &Policy,
     template: &Value,
     at: &str,
-    service_accounts: &BTreeSet<String>,
+    host_labels: &[(&str, &str)],
+    owned: &Owned,
 ) -> Option<Breach> {
     if let Some(violation) = pod_security::check_pod_template(policy.pod_security, template)
         .into_iter()
@@ -45,11 +60,13 @@ pub(super) fn check(
     }
     let spec = template.get("spec")?;
     let at = join(at, "spec");
-    service_account(spec, &at, service_accounts)
+    service_account(spec, &at, &owned.accounts)
         .or_else(|| node_name(spec, &at))
+        .or_else(|| scheduling::check(&policy.scheduling, spec, &at))
+        .or_else(|| volumes::check(spec, &at, host_labels, owned))
         .or_else(|| {
             (!policy.allow_secrets)
-                .then(|| secrets(spec, &at))
+                .then(|| secrets::pod(spec, &at))
                 .flatten()
         })
 }
@@ -123,15 +140,17 @@ fn service_account(spec: &Value, at: &str, planned: &BTreeSet<String>) -> Option
             .iter()
             .enumerate()
         {
-            if source
-                .get("serviceAccountToken")
-                .is_some_and(|t| !t.is_null())
-            {
-                return breach(
-                    format!("{at}.volumes[{i}].projected.sources[{j}].serviceAccountToken"),
-                    RULE,
-                    "a pod running as the \"default\" ServiceAccount gets no token".into(),
-                );
+            // A pod certificate is issued to the pod as its ServiceAccount, as a token is.
+            for credential in ["serviceAccountToken", "podCertificate"] {
+                if is_set(source.get(credential)) {
+                    return breach(
+                        format!("{at}.volumes[{i}].projected.sources[{j}].{credential}"),
+                        RULE,
+                        "a pod running as the \"default\" ServiceAccount gets no token or \
+                         certificate of it"
+                            .into(),
+                    );
+                }
             }
         }
     }
@@ -154,58 +173,6 @@ fn list(value: Option<&Value>) -> &[Value] {
 
 fn is_set(value: Option<&Value>) -> bool {
     value.is_some_and(|v| !v.is_null())
-}
-
-fn secrets(spec: &Value, at: &str) -> Option<Breach> {
-    const RULE: &str = "wasmop/secrets";
-    let found = |path: String, what: &str| {
-        breach(
-            path,
-            RULE,
-            format!("{what}: the policy does not let plugins use Secrets"),
-        )
-    };
-    for (i, volume) in list(spec.get("volumes")).iter().enumerate() {
-        if is_set(volume.get("secret")) {
-            return found(format!("{at}.volumes[{i}].secret"), "a Secret volume");
-        }
-        if is_set(volume.pointer("/csi/nodePublishSecretRef")) {
-            return found(
-                format!("{at}.volumes[{i}].csi.nodePublishSecretRef"),
-                "a CSI volume's Secret",
-            );
-        }
-        for (j, source) in list(volume.pointer("/projected/sources"))
-            .iter()
-            .enumerate()
-        {
-            if is_set(source.get("secret")) {
-                return found(
-                    format!("{at}.volumes[{i}].projected.sources[{j}].secret"),
-                    "a projected Secret",
-                );
-            }
-        }
-    }
-    for key in ["initContainers", "containers", "ephemeralContainers"] {
-        for (i, container) in list(spec.get(key)).iter().enumerate() {
-            let at = format!("{at}.{key}[{i}]");
-            for (j, from) in list(container.get("envFrom")).iter().enumerate() {
-                if is_set(from.get("secretRef")) {
-                    return found(format!("{at}.envFrom[{j}].secretRef"), "envFrom a Secret");
-                }
-            }
-            for (j, env) in list(container.get("env")).iter().enumerate() {
-                if is_set(env.pointer("/valueFrom/secretKeyRef")) {
-                    return found(
-                        format!("{at}.env[{j}].valueFrom.secretKeyRef"),
-                        "an environment variable from a Secret",
-                    );
-                }
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -236,11 +203,16 @@ mod tests {
     }
 
     fn breach_of(policy: &Policy, template: &Value) -> Option<Breach> {
+        let owned = Owned {
+            accounts: BTreeSet::from(["mine".to_string()]),
+            claims: BTreeSet::new(),
+        };
         check(
             policy,
             template,
             "spec.template",
-            &BTreeSet::from(["mine".to_string()]),
+            &[(super::super::fields::APP_LABEL, "kv")],
+            &owned,
         )
     }
 
@@ -295,6 +267,33 @@ mod tests {
                 }),
                 "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken",
                 "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["volumes"] = json!([{"name": "t", "projected": {"sources": [
+                        {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519"}}
+                    ]}}]);
+                }),
+                "spec.template.spec.volumes[0].projected.sources[0].podCertificate",
+                "wasmop/serviceAccount",
+            ),
+            (
+                with(|t| t["spec"]["priorityClassName"] = json!("system-node-critical")),
+                "spec.template.spec.priorityClassName",
+                "wasmop/priorityClass",
+            ),
+            (
+                with(|t| {
+                    t["spec"]["volumes"] =
+                        json!([{"name": "d", "persistentVolumeClaim": {"claimName": "theirs"}}]);
+                }),
+                "spec.template.spec.volumes[0].persistentVolumeClaim.claimName",
+                "wasmop/claimSource",
+            ),
+            (
+                with(|t| t["spec"]["imagePullSecrets"] = json!([{"name": "registry"}])),
+                "spec.template.spec.imagePullSecrets",
+                "wasmop/secrets",
             ),
             (
                 with(|t| t["spec"]["nodeName"] = json!("node-1")),

@@ -11,11 +11,14 @@
 //! namespace at each resolve; the host's own docker `config.json` (`--registry-config`) only
 //! where the App's policy shares it; otherwise none.
 //!
-//! Reading goes through [`pull`], the host's own bounded client; pushing (a person's command)
-//! through `oci-client`.
+//! Reading goes through [`pull`], the host's own bounded client, which reaches only the
+//! addresses [`reach`] allows (no private ones unless the host or the App's policy allows
+//! them); pushing (a person's command) through `oci-client`.
 
 pub mod artifact;
 pub mod pull;
+pub mod reach;
+pub mod slots;
 pub mod verify;
 
 use std::{collections::HashMap, net::IpAddr, path::Path, sync::Mutex, time::Duration};
@@ -32,6 +35,7 @@ use oci_client::{
 
 use self::{
     pull::{BlobError, PullLimits, Puller, Target, excerpt},
+    reach::PrivateNetworks,
     verify::SignatureLayer,
 };
 use super::{Access, Fetched, OciRef, SourceRef, fetch_error};
@@ -98,6 +102,14 @@ impl OciSource {
             puller: Puller::new(limits).map_err(|err| anyhow::anyhow!(err))?,
             clients: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// This source, reaching registries at the private addresses in `networks`
+    /// (`--allow-private-registries`); without it, only where an App's policy vouches for the
+    /// registry. Link-local and metadata addresses stay refused.
+    pub fn with_private_networks(mut self, networks: PrivateNetworks) -> Self {
+        self.puller.allow_private(networks);
+        self
     }
 
     /// This source, reading Apps' `imagePullSecrets` with `client`.
@@ -419,7 +431,10 @@ impl OciSource {
         };
         let layers = tokio::time::timeout(self.puller.limits().total, read)
             .await
-            .unwrap_or_else(|_| Err(format!("timed out after {:?}", self.puller.limits().total)))
+            .unwrap_or_else(|_| {
+                tracing::debug!(source = %source, limit = ?self.puller.limits().total, "reading the signatures timed out");
+                Err(pull::unreachable(&target.base))
+            })
             .map_err(failed)?;
         verify::check(&oci.keys, manifest, &layers).map_err(refused)
     }

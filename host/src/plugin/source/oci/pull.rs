@@ -11,18 +11,22 @@
 //!   as the large registries send blobs to their CDNs), at most [`MAX_REDIRECTS`] of them;
 //! - the token `realm` of a Bearer challenge must be HTTPS (or the registry's own plain-HTTP
 //!   host where plain HTTP is allowed), without credentials in the URL;
-//! - no name or address resolves to a link-local or cloud metadata address
-//!   ([`is_blocked`]), checked after DNS resolution for names and before any request for
-//!   addresses in URLs: nothing a registry says can make the host ask its node's metadata
-//!   service for credentials;
-//! - what a registry says reaches errors only as a status code or a short, escaped excerpt.
+//! - no request goes to a link-local or cloud metadata address, nor to a private one (RFC 1918,
+//!   loopback, CGNAT ...) unless `--allow-private-registries` or the governing policy's
+//!   `registries` allow it ([`super::reach`]), checked after DNS resolution for names and
+//!   before any request for addresses in URLs: nothing an App or a registry names can make the
+//!   host ask its node's metadata service for credentials, or probe the host's network;
+//! - what a registry says reaches errors only as a status code or a short, escaped excerpt, and
+//!   every failure to get an answer at all (refused, timed out, reset, not HTTP) reads the same
+//!   ([`unreachable`]), so an App's status cannot tell a closed port from a filtered or an open
+//!   one; the cause is logged at debug level for the admin.
 //!
 //! Pushing (`wasmop plugin push`) is a command a person runs against a registry they chose; it
 //! stays on `oci-client`.
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    net::SocketAddr,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -30,14 +34,25 @@ use std::{
 use reqwest::{Method, StatusCode, Url, header, redirect};
 use serde::Deserialize;
 
+use super::{
+    reach::{PrivateNetworks, Reach, Refused},
+    slots::PullSlots,
+};
 use crate::plugin::Digest;
 
 /// Most redirects one request follows.
 pub const MAX_REDIRECTS: usize = 3;
 
 /// Resolves and pulls in flight at once, all sources together: each may hold up to a manifest
-/// (4 MiB) or a component (8 MiB) while it reads.
+/// (4 MiB) or a component (8 MiB) while it reads. Within it, each namespace and each registry
+/// has slots of its own ([`super::slots`]).
 const MAX_PULLS_IN_FLIGHT: usize = 4;
+
+/// HTTP clients kept at once, one per set of registries a policy vouches for (a resolver sees
+/// only the name it resolves, so what it may answer is fixed per client): one per distinct
+/// `registries` list in use. Past it (a policy edited many times) the set starts over; clients
+/// in use live on in their requests.
+const MAX_CLIENTS: usize = 64;
 
 /// The manifest media types the host reads (the component is an image manifest's layer).
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -165,36 +180,47 @@ pub enum BlobError {
     Failed(String),
 }
 
+/// An HTTP client and what it may reach (its resolver's and its redirect policy's rules).
+type Reaching = (reqwest::Client, Arc<Reach>);
+
 /// Reads manifests and blobs; one per host, shared by every source.
 pub struct Puller {
-    http: reqwest::Client,
     limits: PullLimits,
-    /// Pulls in flight at once: each may hold a manifest's or a layer's worth of memory.
-    slots: tokio::sync::Semaphore,
+    /// Private networks every registry may be reached in (`--allow-private-registries`).
+    networks: PrivateNetworks,
+    /// A client and what it may reach, by the registries (`host[:port]`) a policy vouches for;
+    /// the empty list's is every other request's.
+    clients: Mutex<HashMap<Vec<String>, Reaching>>,
+    /// Pulls in flight at once, per namespace and per registry: each may hold a manifest's or
+    /// a layer's worth of memory.
+    slots: PullSlots,
     /// Bearer tokens by registry, repository and credentials, until they expire.
     tokens: Mutex<HashMap<TokenKey, (String, Instant)>>,
 }
 
 impl Puller {
-    /// A puller within `limits`.
+    /// A puller within `limits` that reaches no private address.
     pub fn new(limits: PullLimits) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(limits.connect)
-            .read_timeout(limits.read)
-            .timeout(limits.total)
-            .redirect(redirect::Policy::custom(redirect_policy))
-            .dns_resolver(Arc::new(GuardedResolver))
-            .referer(false)
-            .no_proxy()
-            .user_agent(concat!("wasmop/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|err| format!("building the registry client: {err}"))?;
-        Ok(Self {
-            http,
+        let puller = Self {
             limits,
-            slots: tokio::sync::Semaphore::new(MAX_PULLS_IN_FLIGHT),
+            networks: PrivateNetworks::default(),
+            clients: Mutex::new(HashMap::new()),
+            slots: PullSlots::new(MAX_PULLS_IN_FLIGHT),
             tokens: Mutex::new(HashMap::new()),
-        })
+        };
+        // Built now, so that a client that cannot be built fails the host's start.
+        puller.client(None)?;
+        Ok(puller)
+    }
+
+    /// Lets every registry be reached at the private addresses in `networks` (blocked ones
+    /// stay refused).
+    pub fn allow_private(&mut self, networks: PrivateNetworks) {
+        self.networks = networks;
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// What one pull may cost.
@@ -202,9 +228,43 @@ impl Puller {
         self.limits
     }
 
+    /// The client for requests of a target whose policy vouches for `vouched` registries, and
+    /// what it may reach.
+    fn client(&self, vouched: Option<&[String]>) -> Result<Reaching, String> {
+        let mut key: Vec<String> = vouched.unwrap_or_default().to_vec();
+        key.sort();
+        key.dedup();
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(found) = clients.get(&key) {
+            return Ok(found.clone());
+        }
+        let reach = Arc::new(Reach::new(self.networks.clone(), &key));
+        let redirects = reach.clone();
+        let http = reqwest::Client::builder()
+            .connect_timeout(self.limits.connect)
+            .read_timeout(self.limits.read)
+            .timeout(self.limits.total)
+            .redirect(redirect::Policy::custom(move |attempt| {
+                redirect_policy(&redirects, attempt)
+            }))
+            .dns_resolver(Arc::new(GuardedResolver {
+                reach: reach.clone(),
+            }))
+            .referer(false)
+            .no_proxy()
+            .user_agent(concat!("wasmop/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|err| format!("building the registry client: {err}"))?;
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(key, (http.clone(), reach.clone()));
+        Ok((http, reach))
+    }
+
     /// The digest of the manifest `reference` (a tag or a digest) names now.
     pub async fn resolve(&self, target: &Target, reference: &str) -> Result<Digest, String> {
-        self.within_total("resolving", async {
+        self.within_total(target, "resolving", async {
             let path = format!("/v2/{}/manifests/{reference}", target.repository);
             let response = self
                 .send(target, Method::HEAD, &path, "the manifest")
@@ -232,6 +292,7 @@ impl Puller {
         reference: &str,
     ) -> Result<(Manifest, Digest), String> {
         self.within_total(
+            target,
             "pulling the manifest",
             self.read_manifest(target, reference),
         )
@@ -245,7 +306,7 @@ impl Puller {
         target: &Target,
         tag: &str,
     ) -> Result<Option<(Manifest, Digest)>, String> {
-        self.within_total("pulling the manifest", async {
+        self.within_total(target, "pulling the manifest", async {
             let path = format!("/v2/{}/manifests/{tag}", target.repository);
             match self
                 .send_or_missing(target, Method::GET, &path, "the manifest")
@@ -315,7 +376,7 @@ impl Puller {
             )));
         }
         let bytes = self
-            .within_total("pulling the layer", async {
+            .within_total(target, "pulling the layer", async {
                 let path = format!("/v2/{}/blobs/{expected}", target.repository);
                 let response = self.send(target, Method::GET, &path, "the layer").await?;
                 let bytes = read_capped(response, size, "the layer").await?;
@@ -338,17 +399,22 @@ impl Puller {
 
     async fn within_total<T>(
         &self,
+        target: &Target,
         what: &str,
         work: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
-        let timed = async {
-            // The semaphore is never closed: it lives as long as the puller.
-            let _slot = self.slots.acquire().await.map_err(|err| err.to_string())?;
-            work.await
-        };
-        tokio::time::timeout(self.limits.total, timed)
+        // Taken before the operation's clock starts: waiting behind other pulls is not this
+        // registry's slowness.
+        let _slot = self.slots.acquire(&authority(&target.base)).await;
+        tokio::time::timeout(self.limits.total, work)
             .await
-            .unwrap_or_else(|_| Err(format!("{what} timed out after {:?}", self.limits.total)))
+            .unwrap_or_else(|_| {
+                // This may run out while a connection is still being made (after a slow
+                // first request, at a redirect's host): it reads as any other failure to get
+                // an answer.
+                tracing::debug!(registry = %authority(&target.base), what, limit = ?self.limits.total, "registry operation timed out");
+                Err(unreachable(&target.base))
+            })
     }
 
     /// Sends one request, answering an authentication challenge once; a success or an error
@@ -377,11 +443,14 @@ impl Puller {
             .base
             .join(path)
             .map_err(|err| format!("{what}: {path:?} is not a URL path: {err}"))?;
-        check_address(&url).map_err(|reason| format!("{what}: {reason}"))?;
+        let (http, reach) = self.client(target.realm_hosts.as_deref())?;
+        reach
+            .check_url(&url)
+            .map_err(|refused| refused.to_string())?;
         let key = target.token_key();
+        let unreachable = || unreachable(&target.base);
         let request = |auth: Option<&Auth>| {
-            let request = self
-                .http
+            let request = http
                 .request(method.clone(), url.clone())
                 .header(header::ACCEPT, MANIFEST_ACCEPT);
             match auth {
@@ -394,7 +463,7 @@ impl Puller {
         let response = request(cached.as_ref())
             .send()
             .await
-            .map_err(|err| transport(what, err))?;
+            .map_err(|err| send_failed(what, err, unreachable))?;
         // Only the registry itself may ask for credentials: a 401 from where a redirect led
         // (a blob's CDN) is a failure, not a challenge to answer with the registry's secrets.
         let from_registry = response.url().host_str() == target.base.host_str()
@@ -427,7 +496,7 @@ impl Puller {
             request(Some(&auth))
                 .send()
                 .await
-                .map_err(|err| transport(what, err))?
+                .map_err(|err| send_failed(what, err, unreachable))?
         } else {
             response
         };
@@ -459,7 +528,8 @@ impl Puller {
         service: Option<&str>,
     ) -> Result<String, String> {
         let what = "the registry's token service";
-        let mut url = check_realm(&target.base, realm, target.realm_hosts.as_deref())
+        let (http, reach) = self.client(target.realm_hosts.as_deref())?;
+        let mut url = check_realm(&target.base, realm, target.realm_hosts.as_deref(), &reach)
             .map_err(|r| format!("{what}: {r}"))?;
         {
             let mut query = url.query_pairs_mut();
@@ -468,11 +538,18 @@ impl Puller {
             }
             query.append_pair("scope", &format!("repository:{}:pull", target.repository));
         }
-        let mut request = self.http.get(url);
+        let mut request = http.get(url);
         if let Some((user, password)) = &target.credentials {
             request = request.basic_auth(user, Some(password));
         }
-        let response = request.send().await.map_err(|err| transport(what, err))?;
+        let response = request.send().await.map_err(|err| {
+            send_failed(what, err, || {
+                format!(
+                    "the token service of registry {} could not be reached",
+                    authority(&target.base)
+                )
+            })
+        })?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("{what} answered {status}"));
@@ -555,9 +632,14 @@ impl Challenge {
 }
 
 /// The realm as a URL the host may ask for a token: HTTPS (or plain HTTP only on the
-/// registry's own host, where the registry itself is plain HTTP), no credentials in it, not a
-/// blocked address.
-fn check_realm(registry: &Url, realm: &str, allowed: Option<&[String]>) -> Result<Url, String> {
+/// registry's own host, where the registry itself is plain HTTP), no credentials in it, not an
+/// address `reach` refuses.
+fn check_realm(
+    registry: &Url,
+    realm: &str,
+    allowed: Option<&[String]>,
+    reach: &Reach,
+) -> Result<Url, String> {
     let url = Url::parse(realm).map_err(|_| format!("realm {} is not a URL", excerpt(realm)))?;
     let same_host = url.host_str() == registry.host_str()
         && url.port_or_known_default() == registry.port_or_known_default();
@@ -589,86 +671,26 @@ fn check_realm(registry: &Url, realm: &str, allowed: Option<&[String]>) -> Resul
     if !url.username().is_empty() || url.password().is_some() {
         return Err("the realm carries credentials in its URL".into());
     }
-    check_address(&url)?;
+    reach
+        .check_url(&url)
+        .map_err(|refused| refused.to_string())?;
     Ok(url)
 }
 
-/// Refuses a URL whose host is a blocked address literal; names are checked when resolved.
-fn check_address(url: &Url) -> Result<(), String> {
-    let host = url.host_str().ok_or("the URL has no host")?;
-    // IPv6 literals come bracketed.
-    let Ok(ip) = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-    else {
-        return Ok(());
-    };
-    if is_blocked(ip) {
-        return Err(format!(
-            "{ip} is a link-local or metadata address, which the host never contacts"
-        ));
-    }
-    Ok(())
+/// Resolves names as the system does, then drops the addresses its client may not reach: a
+/// name left with none is an error ([`Refused`]), so no DNS answer can point the host at its
+/// metadata service or into a private network nothing allowed.
+struct GuardedResolver {
+    reach: Arc<Reach>,
 }
-
-/// Link-local and cloud metadata addresses, and addresses no registry has: never contacted,
-/// whatever a policy says. Loopback stays reachable (a registry on the node, as in
-/// development); private ranges are for `PluginPolicy` registries to allow or not.
-pub fn is_blocked(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(ip) => is_blocked_v4(ip),
-        IpAddr::V6(ip) => {
-            if let Some(v4) = ip.to_ipv4_mapped() {
-                return is_blocked_v4(v4);
-            }
-            // 64:ff9b::/96 is NAT64: the IPv4 address in its last 32 bits is the one reached.
-            let [a, b, c, d, e, f, g, h] = ip.segments();
-            if [a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let [g1, g2] = g.to_be_bytes();
-                let [h1, h2] = h.to_be_bytes();
-                return is_blocked_v4(Ipv4Addr::new(g1, g2, h1, h2));
-            }
-            let first = ip.segments()[0];
-            // fe80::/10 link-local; fd00:ec2::254 is AWS's IPv6 metadata service.
-            (first & 0xffc0) == 0xfe80
-                || ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
-                || ip.is_unspecified()
-                || ip.is_multicast()
-        }
-    }
-}
-
-fn is_blocked_v4(ip: Ipv4Addr) -> bool {
-    ip.is_link_local() // 169.254.0.0/16: AWS, GCP, Azure, OpenStack metadata
-        || ip == Ipv4Addr::new(100, 100, 100, 200) // Alibaba Cloud metadata
-        || ip.octets()[0] == 0 // "this network"
-        || ip.is_broadcast()
-        || ip.is_multicast()
-}
-
-/// Resolves names as the system does, then drops blocked addresses: a name that resolves only
-/// to them is an error, so no DNS answer can point the host at its metadata service.
-struct GuardedResolver;
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_string();
+        let reach = self.reach.clone();
         Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> = found
-                .iter()
-                .copied()
-                .filter(|a| !is_blocked(a.ip()))
-                .collect();
-            if allowed.is_empty() && !found.is_empty() {
-                return Err(format!(
-                    "{host} resolves only to link-local or metadata addresses, which the host \
-                     never contacts"
-                )
-                .into());
-            }
+            let found = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let allowed: Vec<SocketAddr> = reach.filter(&host, found)?;
             let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
             Ok(addrs)
         })
@@ -677,8 +699,9 @@ impl reqwest::dns::Resolve for GuardedResolver {
 
 /// Redirects stay on the first URL's scheme, host and port; a blob may move to another HTTPS
 /// host (registries serve blobs from CDNs; reqwest drops the credentials on such a hop). At
-/// most [`MAX_REDIRECTS`], never to a blocked address literal.
-fn redirect_policy(attempt: redirect::Attempt<'_>) -> redirect::Action {
+/// most [`MAX_REDIRECTS`], never to an address literal `reach` refuses (names are checked when
+/// resolved).
+fn redirect_policy(reach: &Reach, attempt: redirect::Attempt<'_>) -> redirect::Action {
     let Some(first) = attempt.previous().first().cloned() else {
         return attempt.stop();
     };
@@ -686,8 +709,8 @@ fn redirect_policy(attempt: redirect::Attempt<'_>) -> redirect::Action {
         return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
     }
     let to = attempt.url().clone();
-    if let Err(reason) = check_address(&to) {
-        return attempt.error(format!("redirect refused: {reason}"));
+    if let Err(refused) = reach.check_url(&to) {
+        return attempt.error(refused);
     }
     let same_origin = to.scheme() == first.scheme()
         && to.host_str() == first.host_str()
@@ -701,6 +724,22 @@ fn redirect_policy(attempt: redirect::Attempt<'_>) -> redirect::Action {
             excerpt(&origin(&to))
         ))
     }
+}
+
+/// `host[:port]` of a URL, the port only where it names one.
+fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    }
+}
+
+/// What an App's status says when no answer came from the registry at `base`: the same words
+/// whether the connection was refused, timed out, was reset or met something other than an
+/// HTTP server, so status is no port scanner; the cause goes to the host's log.
+pub fn unreachable(base: &Url) -> String {
+    format!("registry {} could not be reached", authority(base))
 }
 
 fn origin(url: &Url) -> String {
@@ -726,7 +765,11 @@ async fn read_capped(
         ));
     }
     let mut body = Vec::with_capacity(cap.min(1 << 20));
-    while let Some(chunk) = response.chunk().await.map_err(|err| transport(what, err))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| body_failed(what, err))?
+    {
         if body.len() + chunk.len() > cap {
             return Err(format!("{what} is over its {cap} byte limit"));
         }
@@ -735,29 +778,63 @@ async fn read_capped(
     Ok(body)
 }
 
-/// A transport failure, without the URL (after a redirect, one the registry chose).
-fn transport(what: &str, err: reqwest::Error) -> String {
+/// A request that got no response: the host's own refusal (an address, a redirect) in its
+/// words, anything else as `unreachable`'s one text, with the cause logged for the admin.
+fn send_failed(what: &str, err: reqwest::Error, unreachable: impl FnOnce() -> String) -> String {
+    let refused = refusal(&err);
+    if err.is_redirect() {
+        return match refused {
+            Some(refused) => format!("{what}: redirect {refused}"),
+            None => format!("{what}: redirect refused{}", last_cause(&err)),
+        };
+    }
+    if let Some(refused) = refused {
+        return refused.to_string();
+    }
+    let message = unreachable();
+    tracing::debug!(what, error = %causes(&err).join(": "), "{message}");
+    message
+}
+
+/// A response whose body failed after its status arrived: the server speaks HTTP, so saying
+/// how it failed tells nothing about the network.
+fn body_failed(what: &str, err: reqwest::Error) -> String {
     if err.is_timeout() {
         return format!("{what} timed out");
     }
-    let kind = if err.is_connect() {
-        "cannot connect"
-    } else if err.is_redirect() {
-        "redirect refused"
-    } else {
-        "transfer failed"
-    };
+    format!("{what}: transfer failed{}", last_cause(&err))
+}
+
+/// The host's own refusal behind `err`, if that is what it is.
+fn refusal(err: &reqwest::Error) -> Option<&Refused> {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(refused) = cause.downcast_ref::<Refused>() {
+            return Some(refused);
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// Each cause of `err`, outermost first, without the URL (after a redirect, one the registry
+/// chose).
+fn causes(err: &reqwest::Error) -> Vec<String> {
     let mut causes = Vec::new();
-    let mut source = std::error::Error::source(&err);
+    let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
         causes.push(cause.to_string());
         source = cause.source();
     }
-    let cause = causes
+    causes
+}
+
+/// `: <innermost cause>`, escaped and short, or nothing.
+fn last_cause(err: &reqwest::Error) -> String {
+    causes(err)
         .last()
         .map(|c| format!(": {}", excerpt(c)))
-        .unwrap_or_default();
-    format!("{what}: {kind}{cause}")
+        .unwrap_or_default()
 }
 
 /// At most 120 characters of something a registry said, escaped.
@@ -794,47 +871,60 @@ mod tests {
     }
 
     #[test]
-    fn metadata_and_link_local_addresses_are_blocked_loopback_is_not() {
-        for ip in [
-            "169.254.169.254",
-            "169.254.0.1",
-            "100.100.100.200",
-            "0.0.0.0",
-            "fe80::1",
-            "fd00:ec2::254",
-            "::ffff:169.254.169.254",
-            "64:ff9b::a9fe:a9fe",
-            "255.255.255.255",
-        ] {
-            assert!(is_blocked(ip.parse().expect("an address")), "{ip}");
-        }
-        for ip in ["127.0.0.1", "::1", "10.0.0.1", "8.8.8.8", "2001:db8::1"] {
-            assert!(!is_blocked(ip.parse().expect("an address")), "{ip}");
-        }
-    }
-
-    #[test]
     fn realms_must_be_https_or_the_plain_registry_itself() {
+        let public = Reach::default();
         let https = Url::parse("https://ghcr.io").expect("url");
-        assert!(check_realm(&https, "https://ghcr.io/token", None).is_ok());
-        assert!(check_realm(&https, "https://auth.example/token", None).is_ok());
-        assert!(check_realm(&https, "http://ghcr.io/token", None).is_err());
-        let err = check_realm(&https, "https://169.254.169.254/latest/meta-data/", None)
-            .expect_err("metadata");
+        let realm = |registry: &Url, realm: &str, allowed: Option<&[String]>, reach: &Reach| {
+            check_realm(registry, realm, allowed, reach)
+        };
+        assert!(realm(&https, "https://ghcr.io/token", None, &public).is_ok());
+        assert!(realm(&https, "https://auth.example/token", None, &public).is_ok());
+        assert!(realm(&https, "http://ghcr.io/token", None, &public).is_err());
+        let err = realm(
+            &https,
+            "https://169.254.169.254/latest/meta-data/",
+            None,
+            &public,
+        )
+        .expect_err("metadata");
         assert!(err.contains("169.254.169.254"), "{err}");
-        assert!(check_realm(&https, "https://user:pw@auth.example/token", None).is_err());
+        assert!(realm(&https, "https://user:pw@auth.example/token", None, &public).is_err());
+        // A realm on a private address is refused like a registry there.
+        let err = realm(&https, "https://10.0.0.5/token", None, &public).expect_err("private");
+        assert!(err.contains("10.0.0.5 is a private address"), "{err}");
+
+        let loopback = Reach::new(PrivateNetworks::parse("127.0.0.0/8").expect("a CIDR"), &[]);
         let plain = Url::parse("http://127.0.0.1:15000").expect("url");
-        assert!(check_realm(&plain, "http://127.0.0.1:15000/token", None).is_ok());
-        assert!(check_realm(&plain, "http://127.0.0.1:15001/token", None).is_err());
+        assert!(realm(&plain, "http://127.0.0.1:15000/token", None, &loopback).is_ok());
+        assert!(realm(&plain, "http://127.0.0.1:15001/token", None, &loopback).is_err());
+        assert!(realm(&plain, "http://127.0.0.1:15000/token", None, &public).is_err());
 
         // Under a registries allowlist, a realm elsewhere must be one of its hosts.
         let allowed = ["ghcr.io".to_string(), "auth.docker.io".to_string()];
-        assert!(check_realm(&https, "https://ghcr.io/token", Some(&allowed)).is_ok());
-        assert!(check_realm(&https, "https://auth.docker.io/token", Some(&allowed)).is_ok());
-        let err = check_realm(&https, "https://auth.example/token", Some(&allowed))
-            .expect_err("not allowed");
+        let allowed = Some(&allowed[..]);
+        assert!(realm(&https, "https://ghcr.io/token", allowed, &public).is_ok());
+        assert!(realm(&https, "https://auth.docker.io/token", allowed, &public).is_ok());
+        let err =
+            realm(&https, "https://auth.example/token", allowed, &public).expect_err("not allowed");
         assert!(err.contains("auth.example"), "{err}");
-        assert!(check_realm(&https, "https://auth.docker.io:444/token", Some(&allowed)).is_err());
+        assert!(realm(&https, "https://auth.docker.io:444/token", allowed, &public).is_err());
+    }
+
+    #[test]
+    fn unreachable_names_the_registry_only() {
+        for (base, text) in [
+            (
+                "http://10.0.0.5:8080",
+                "registry 10.0.0.5:8080 could not be reached",
+            ),
+            ("https://ghcr.io", "registry ghcr.io could not be reached"),
+            (
+                "http://[fd00::1]:5000",
+                "registry [fd00::1]:5000 could not be reached",
+            ),
+        ] {
+            assert_eq!(unreachable(&Url::parse(base).expect("url")), text);
+        }
     }
 
     #[test]

@@ -66,8 +66,12 @@ impl metadata::Guest for Fault {
                 ("apps/v1", "Deployment"),
                 ("batch/v1", "Job"),
                 ("v1", "Service"),
-                // Not a built-in kind: planned only where a PluginPolicy adds it.
+                ("v1", "PersistentVolumeClaim"),
+                ("apps/v1", "StatefulSet"),
+                // Not built-in kinds: planned only where a PluginPolicy adds them.
                 ("networking.k8s.io/v1", "NetworkPolicy"),
+                ("networking.k8s.io/v1", "Ingress"),
+                ("monitoring.coreos.com/v1", "ServiceMonitor"),
             ]
             .into_iter()
             .map(|(api_version, kind)| KindRef {
@@ -159,6 +163,45 @@ impl spec_diff::Guest for Fault {
                 log::emit(log::Level::Info, "aliased", &fields);
                 vec![object("logged".into())]
             }
+            // A new claim on every reconcile (named after the host's clock, which moves
+            // between calls), as if to pile up claims, which are never pruned (issue 38).
+            "claim-flood" => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or(0);
+                vec![
+                    object("fine".into()),
+                    serde_json::json!({
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": format!("flood-{now}")},
+                        "spec": {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Mi"}}},
+                    })
+                    .to_string(),
+                ]
+            }
+            // A StatefulSet whose claim template and name spell another App's claim
+            // (`data-billing-db-0`), which the StatefulSet controller would take over.
+            "claim-takeover" => vec![
+                object("fine".into()),
+                serde_json::json!({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+                    "spec": {"replicas": 1, "serviceName": "db",
+                        "selector": {"matchLabels": {"app": "db"}},
+                        "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                            "automountServiceAccountToken": false,
+                            "securityContext": {"runAsNonRoot": true,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+                            "containers": [{"name": "main", "image": "busybox",
+                                "securityContext": {"allowPrivilegeEscalation": false,
+                                    "capabilities": {"drop": ["ALL"]}}}]}},
+                        "volumeClaimTemplates": [{"metadata": {"name": "data-billing"},
+                            "spec": {"accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": "1Mi"}}}}]},
+                })
+                .to_string(),
+            ],
             // A kind only a policy's extraKinds allows.
             "network-policy" => vec![
                 object("fine".into()),
@@ -209,6 +252,8 @@ const HOSTILE: &[&str] = &[
     "external-ips",
     "other-app",
     "secret-volume",
+    "ingress-snippet",
+    "service-monitor-file",
 ];
 
 /// The object of hostile mode `mode`: a Deployment (or Job) whose pods would pass the
@@ -245,6 +290,30 @@ fn attack(mode: &str) -> String {
                     "securityContext": {"privileged": true, "runAsUser": 0},
                 }]}}},
             })
+            .to_string();
+        }
+        // Extra kinds (issue 38), refused even under a policy that adds them and lists the
+        // Ingress's host: a snippet that reads every Secret ingress-nginx can (CVE-2021-25742),
+        // and a monitor that makes Prometheus send its own token to this App's endpoint.
+        "ingress-snippet" => {
+            return json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "evil", "annotations": {
+                "nginx.ingress.kubernetes.io/configuration-snippet":
+                    "location /t { alias /var/run/secrets/kubernetes.io/serviceaccount/; }",
+            }},
+            "spec": {"rules": [{"host": "evil.example.com", "http": {"paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "evil", "port": {"number": 80}}},
+            }]}}]}})
+            .to_string();
+        }
+        "service-monitor-file" => {
+            return json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": "evil"},
+            "spec": {"selector": {"matchLabels": {"app": "evil"}}, "endpoints": [{
+                "port": "metrics",
+                "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            }]}})
             .to_string();
         }
         "finalizers" => {

@@ -1,0 +1,705 @@
+//! The admission policy `deploy/` and the chart ship (`deploy/base/admission-policy.yaml`) on the
+//! real API server: impersonating the host's ServiceAccount, writes of privileged and host-level
+//! pods and writes in the protected namespaces are refused by the API server itself, with the
+//! policy's message naming the field, while a hardened workload, the host's own Leases and Events,
+//! and every other identity's writes are admitted.
+//!
+//! The policy and its binding are cluster-scoped, so the test installs a renamed copy that holds
+//! an identity of its own (a ServiceAccount's name in a throw-away namespace, impersonated):
+//! concurrent tests, and an installed host, are never held by it. Every probe is a dry run (the API server runs admission
+//! for dry runs too), so nothing is left behind but what the test deletes.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
+    coordination::v1::Lease,
+    core::v1::Pod,
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use kube::{
+    Api, Client, Config,
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    },
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::{Value, json};
+
+use wasmop_host::app::App;
+
+use crate::{
+    apps::{Host, create_one_replica_app, push_kvstore},
+    harness::{Local, TestNamespace, unique, wait_for},
+};
+
+const POLICY_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/base/admission-policy.yaml"
+);
+
+/// The identity the shipped policy holds (the base installs the host in `wasmop-system`).
+const HOST: &str = "system:serviceaccount:wasmop-system:wasmop";
+
+/// How long a new policy and binding may take to hold (the API server's informers).
+const ACTIVE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A client for the local cluster that acts as `user` (impersonation; the local admin is in
+/// `system:masters`, which may impersonate anyone). It reads the kubeconfig `Local::client`
+/// checked for the test's admin client, so it reaches the same local API server.
+async fn client_as(local: &Local, user: &str) -> anyhow::Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(&local.kubeconfig)
+        .with_context(|| format!("reading {}", local.kubeconfig.display()))?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .context("building a client config from the local kubeconfig")?;
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).context("building an impersonating client")
+}
+
+/// The policy and binding of `deploy/base/admission-policy.yaml`, named `name` and holding
+/// `identity` instead of the host's ServiceAccount.
+fn rendered_policy(
+    name: &str,
+    identity: &str,
+) -> anyhow::Result<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)> {
+    let text = std::fs::read_to_string(POLICY_FILE)?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    let [mut policy, mut binding] = <[Value; 2]>::try_from(docs)
+        .map_err(|docs| anyhow::anyhow!("{POLICY_FILE}: {} objects, not 2", docs.len()))?;
+    anyhow::ensure!(policy["kind"] == "ValidatingAdmissionPolicy", "{policy}");
+    anyhow::ensure!(
+        binding["kind"] == "ValidatingAdmissionPolicyBinding",
+        "{binding}"
+    );
+    anyhow::ensure!(binding["spec"]["policyName"] == policy["metadata"]["name"]);
+    let mut held = 0;
+    for condition in policy["spec"]["matchConditions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let expression = condition["expression"].as_str().unwrap_or_default();
+        if expression.contains(HOST) {
+            condition["expression"] = json!(expression.replace(HOST, identity));
+            held += 1;
+        }
+    }
+    anyhow::ensure!(held == 1, "{POLICY_FILE}: no matchCondition names {HOST}");
+    policy["metadata"]["name"] = json!(name);
+    binding["metadata"]["name"] = json!(name);
+    binding["spec"]["policyName"] = json!(name);
+    Ok((
+        serde_json::from_value(policy)?,
+        serde_json::from_value(binding)?,
+    ))
+}
+
+/// What the API server answered a dry-run create (or, with `delete`, a dry-run delete) of
+/// `object` (in its namespace, if it names one): `None` when admitted, the message when the
+/// admission policy refused it; any other error is the test's.
+async fn dry_run(client: &Client, object: &Value, delete: bool) -> anyhow::Result<Option<String>> {
+    let object: DynamicObject = serde_json::from_value(object.clone())?;
+    let types = object.types.clone().context("apiVersion and kind")?;
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", types.api_version.as_str()),
+    };
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    let name = object.metadata.name.clone().context("a name")?;
+    let api: Api<DynamicObject> = if namespace.is_empty() {
+        Api::all_with(client.clone(), &resource)
+    } else {
+        Api::namespaced_with(client.clone(), &namespace, &resource)
+    };
+    let result = if delete {
+        let params = DeleteParams {
+            dry_run: true,
+            ..DeleteParams::default()
+        };
+        api.delete(&name, &params).await.map(|_| ())
+    } else {
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        api.create(&params, &object).await.map(|_| ())
+    };
+    refusal(result, &format!("{} {namespace}/{name}", types.kind))
+}
+
+/// `None` for success, the message of a refusal by a ValidatingAdmissionPolicy, or the error.
+fn refusal(result: Result<(), kube::Error>, what: &str) -> anyhow::Result<Option<String>> {
+    match result {
+        Ok(()) => Ok(None),
+        Err(kube::Error::Api(status)) if status.message.contains("ValidatingAdmissionPolicy") => {
+            anyhow::ensure!(status.code == 403, "{what}: {status:?}");
+            Ok(Some(status.message))
+        }
+        Err(err) => Err(err).with_context(|| format!("{what}: neither admitted nor refused")),
+    }
+}
+
+/// A pod spec that passes the policy (and `restricted`), with `hostUsers: false`, the safe
+/// setting, and `NET_BIND_SERVICE`, a capability of the runtimes' default set.
+fn hardened_pod() -> Value {
+    json!({
+        "hostUsers": false,
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [{
+            "name": "app", "image": "registry.k8s.io/pause:3.10",
+            "securityContext": {
+                "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+            },
+        }],
+    })
+}
+
+/// [`hardened_pod`] with `change` made to it, less what the API server's own validation forbids
+/// next to the attacks (`hostUsers: false` with host namespaces, `allowPrivilegeEscalation:
+/// false` with `privileged` or `SYS_ADMIN`), so that the policy is what refuses them.
+fn attacking_pod(change: impl FnOnce(&mut Value)) -> Value {
+    let mut pod = hardened_pod();
+    pod.as_object_mut().map(|p| p.remove("hostUsers"));
+    pod["containers"][0]["securityContext"]
+        .as_object_mut()
+        .map(|sc| sc.remove("allowPrivilegeEscalation"));
+    change(&mut pod);
+    pod
+}
+
+fn deployment(ns: &str, name: &str, pod: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod},
+        },
+    })
+}
+
+fn statefulset(ns: &str, name: &str, pod: Value) -> Value {
+    let mut object = deployment(ns, name, pod);
+    object["kind"] = json!("StatefulSet");
+    object["spec"]["serviceName"] = json!(name);
+    object
+}
+
+fn cronjob(ns: &str, name: &str, mut pod: Value) -> Value {
+    pod["restartPolicy"] = json!("Never");
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": {"spec": pod}}}},
+    })
+}
+
+fn pod(ns: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec,
+    })
+}
+
+/// The kinds that carry a pod spec, each with the path to it.
+const CARRIERS: [(&str, &str); 8] = [
+    ("Pod", "spec"),
+    ("Deployment", "spec.template.spec"),
+    ("StatefulSet", "spec.template.spec"),
+    ("DaemonSet", "spec.template.spec"),
+    ("ReplicaSet", "spec.template.spec"),
+    ("ReplicationController", "spec.template.spec"),
+    ("Job", "spec.template.spec"),
+    ("CronJob", "spec.jobTemplate.spec.template.spec"),
+];
+
+/// An object of `kind` (one of [`CARRIERS`]) named `name` in `ns`, carrying `pod`.
+fn carrier(kind: &str, ns: &str, name: &str, mut pod: Value) -> Value {
+    match kind {
+        "Pod" => self::pod(ns, name, pod),
+        "Deployment" => deployment(ns, name, pod),
+        "StatefulSet" => statefulset(ns, name, pod),
+        "CronJob" => cronjob(ns, name, pod),
+        "DaemonSet" | "ReplicaSet" => {
+            let mut object = deployment(ns, name, pod);
+            object["kind"] = json!(kind);
+            object["spec"].as_object_mut().map(|s| s.remove("replicas"));
+            object
+        }
+        "ReplicationController" => json!({
+            "apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "selector": {"app": name},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": pod},
+            },
+        }),
+        _ => {
+            pod["restartPolicy"] = json!("Never");
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"template": {"spec": pod}},
+            })
+        }
+    }
+}
+
+/// A Deployment in `ns` with a privileged container, the policy's first refusal.
+fn privileged_deployment(ns: &str) -> Value {
+    deployment(
+        ns,
+        "privileged",
+        attacking_pod(|p| p["containers"][0]["securityContext"]["privileged"] = json!(true)),
+    )
+}
+
+/// Installs the renamed policy and binding holding `identity`, and waits until the API server
+/// refuses `identity` the `privileged` probe (once it has seen policy, binding and RBAC); returns
+/// a client acting as `identity`, and the refusal's message.
+async fn install_policy(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    privileged: &Value,
+) -> anyhow::Result<(Client, String)> {
+    let (policy, binding) = rendered_policy(name, identity)?;
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("the API server takes the policy")?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .context("the API server takes the binding")?;
+    let host = client_as(local, identity).await?;
+    let message = wait_for("the admission policy to hold", ACTIVE_WITHIN, || async {
+        dry_run(&host, privileged, false).await
+    })
+    .await?;
+    Ok((host, message))
+}
+
+/// Rights for `account` (a ServiceAccount `namespace/name`) to make every request the test
+/// probes, so that what refuses them is the policy, not RBAC.
+fn probe_rights(
+    name: &str,
+    namespace: &str,
+    account: &str,
+) -> anyhow::Result<(ClusterRole, ClusterRoleBinding)> {
+    let role = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [
+            {
+                "apiGroups": ["apps"],
+                "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+                "verbs": ["create"],
+            },
+            {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["pods", "replicationcontrollers"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+            {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["create"]},
+        ],
+    }))?;
+    let binding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }))?;
+    Ok((role, binding))
+}
+
+/// The cluster-scoped objects one run creates, deleted whatever the outcome (they hold or grant
+/// rights to an identity only this run uses, but should not pile up).
+struct ClusterObjects {
+    client: Client,
+    name: String,
+}
+
+impl ClusterObjects {
+    async fn delete(&self) {
+        let params = DeleteParams::default();
+        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await;
+        let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await;
+        let _ = Api::<ClusterRoleBinding>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await;
+        let _ = Api::<ClusterRole>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_the_hosts_privileged_and_protected_writes() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let admin = local.client().await?;
+    // The host's namespace (its ServiceAccount, Leases) and an App's namespace it writes in.
+    let system = TestNamespace::create(&admin, "e2e-vap-host").await?;
+    let apps = TestNamespace::create(&admin, "e2e-vap").await?;
+    let identity = format!("system:serviceaccount:{}:wasmop", system.name);
+    let objects = ClusterObjects {
+        client: admin.clone(),
+        name: unique("e2e-wasmop-host"),
+    };
+    let outcome = refusals(
+        &local,
+        &admin,
+        &objects.name,
+        &identity,
+        &system.name,
+        &apps.name,
+    )
+    .await;
+    objects.delete().await;
+    outcome?;
+    apps.delete().await?;
+    system.delete().await
+}
+
+/// The test proper: installs the renamed policy, probes it as `identity`, writing in `ns` (an
+/// App's namespace) and `system` (the host's own).
+async fn refusals(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let (role, role_binding) = probe_rights(name, system, "wasmop")?;
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &role_binding)
+        .await?;
+    let privileged = privileged_deployment(ns);
+    let (host, message) = install_policy(local, admin, name, identity, &privileged).await?;
+    println!("refused: {message}");
+    assert!(
+        message.contains(&format!("ValidatingAdmissionPolicy '{name}'")),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "privileged pod: spec.template.spec.containers[app].securityContext.privileged=true"
+        ),
+        "{message}"
+    );
+
+    // The policy compiled cleanly: its status reports no expression warnings.
+    let status = Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .get(name)
+        .await?
+        .status;
+    let warnings = status
+        .as_ref()
+        .and_then(|s| s.type_checking.as_ref())
+        .and_then(|t| t.expression_warnings.clone())
+        .unwrap_or_default();
+    assert!(warnings.is_empty(), "type checking: {warnings:?}");
+
+    // A privileged container in every kind that carries a pod, found at the kind's path.
+    for (kind, path) in CARRIERS {
+        let name = format!("privileged-{}", kind.to_lowercase());
+        let privileged = attacking_pod(|p| {
+            p["containers"][0]["securityContext"]["privileged"] = json!(true);
+        });
+        let message = dry_run(&host, &carrier(kind, ns, &name, privileged), false)
+            .await?
+            .with_context(|| format!("{kind} {name} was admitted"))?;
+        let want =
+            format!("privileged pod: {path}.containers[app].securityContext.privileged=true");
+        assert!(message.contains(&want), "{kind}: {message}");
+    }
+
+    // Each rule, on one kind or another, names the field it refuses.
+    let refused = [
+        (
+            pod(
+                ns,
+                "host-path",
+                attacking_pod(|p| {
+                    p["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+                }),
+            ),
+            "hostPath volume: spec.volumes[root].hostPath",
+        ),
+        (
+            cronjob(
+                ns,
+                "host-network",
+                attacking_pod(|p| p["hostNetwork"] = json!(true)),
+            ),
+            "host namespaces: spec.jobTemplate.spec.template.spec.hostNetwork=true",
+        ),
+        (
+            deployment(
+                ns,
+                "host-pid-ipc",
+                attacking_pod(|p| {
+                    p["hostPID"] = json!(true);
+                    p["hostIPC"] = json!(true);
+                }),
+            ),
+            "host namespaces: spec.template.spec.hostPID=true, spec.template.spec.hostIPC=true",
+        ),
+        (
+            statefulset(
+                ns,
+                "sys-admin",
+                attacking_pod(|p| {
+                    p["initContainers"] = json!([{
+                        "name": "init", "image": "registry.k8s.io/pause:3.10",
+                        "securityContext": {"capabilities": {"add": ["CHOWN", "SYS_ADMIN"]}},
+                    }]);
+                }),
+            ),
+            "capabilities beyond the runtime default set: \
+             spec.template.spec.initContainers[init].securityContext.capabilities.add: SYS_ADMIN",
+        ),
+        (
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "wasmop-was-here", "namespace": "kube-system"},
+            }),
+            "protected namespace: the wasmop host may not CREATE configmaps in namespace kube-system",
+        ),
+    ];
+    for (object, want) in &refused {
+        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
+        let message = dry_run(&host, object, false)
+            .await?
+            .with_context(|| format!("{what} was admitted"))?;
+        println!("refused: {message}");
+        assert!(message.contains(want), "{what}: {message}");
+    }
+    // Deleting in kube-system too (an object that exists; the dry run deletes nothing).
+    let kube_system = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+    });
+    let message = dry_run(&host, &kube_system, true)
+        .await?
+        .context("a delete in kube-system was admitted")?;
+    assert!(
+        message.contains("may not DELETE configmaps in namespace kube-system"),
+        "{message}"
+    );
+
+    // Ephemeral containers reach a running Pod through a subresource: held the same way.
+    let running: Pod = serde_json::from_value(pod(ns, "running", hardened_pod()))?;
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &running)
+        .await?;
+    let debug = json!({"spec": {"ephemeralContainers": [{
+        "name": "debug", "image": "registry.k8s.io/pause:3.10",
+        "securityContext": {"privileged": true},
+    }]}});
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let result = Api::<Pod>::namespaced(host.clone(), ns)
+        .patch_subresource(
+            "ephemeralcontainers",
+            "running",
+            &params,
+            &Patch::Strategic(&debug),
+        )
+        .await
+        .map(|_| ());
+    let message = refusal(result, "Pod running/ephemeralcontainers")?
+        .context("a privileged ephemeral container was admitted")?;
+    assert!(
+        message.contains(
+            "privileged pod: spec.ephemeralContainers[debug].securityContext.privileged=true"
+        ),
+        "{message}"
+    );
+
+    // What the host does write passes: a hardened workload, a Lease in its own namespace, an
+    // Event in the App's, and a cluster-scoped object (the host writes PluginPolicies' status),
+    // whose request has no namespace at all.
+    let admitted = [
+        deployment(ns, "hardened", hardened_pod()),
+        cronjob(ns, "hardened-backup", hardened_pod()),
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "wasmop-leader", "namespace": system},
+            "spec": {"holderIdentity": "wasmop-0", "leaseDurationSeconds": 15},
+        }),
+        json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "hardened.1", "namespace": ns},
+            "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "wasmop.dev/host",
+            "reportingInstance": "wasmop-0", "action": "Reconcile", "reason": "Applied",
+            "type": "Normal", "regarding": {"kind": "Deployment", "namespace": ns, "name": "hardened"},
+        }),
+        json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": 0,
+        }),
+    ];
+    for object in &admitted {
+        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
+        if let Some(message) = dry_run(&host, object, false).await? {
+            anyhow::bail!("{what} was refused: {message}");
+        }
+    }
+
+    // Another identity is not held: the admin may create the privileged Deployment.
+    if let Some(message) = dry_run(admin, &privileged, false).await? {
+        anyhow::bail!("the admin was refused: {message}");
+    }
+    Ok(())
+}
+
+/// A copy of the local kubeconfig whose user acts as `user` (`as:`), for a process that reads a
+/// kubeconfig file (the host).
+fn impersonating_kubeconfig(local: &Local, user: &str) -> anyhow::Result<std::path::PathBuf> {
+    let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(&local.kubeconfig)?)?;
+    let users = config["users"]
+        .as_array_mut()
+        .context("no users in the local kubeconfig")?;
+    for entry in users {
+        entry["user"]["as"] = json!(user);
+    }
+    let path = std::env::temp_dir().join(unique("wasmop-vap-kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
+/// The host's own traffic passes the policy: the host, acting as an identity the policy holds,
+/// reconciles a kvstore App to Ready (its CRDs, server-side applies of a StatefulSet, Services,
+/// a PodDisruptionBudget and ConfigMaps, the App's status and finalizer, Events, its Lease in its
+/// own namespace) and finalizes it on delete, and the API server refuses it nothing on the way.
+#[tokio::test]
+async fn the_hosts_own_writes_pass_the_policy() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let admin = local.client().await?;
+    let system = TestNamespace::create(&admin, "e2e-vap-host").await?;
+    let apps = TestNamespace::create(&admin, "e2e-vap").await?;
+    let identity = format!("system:serviceaccount:{}:wasmop", system.name);
+    let objects = ClusterObjects {
+        client: admin.clone(),
+        name: unique("e2e-wasmop-host"),
+    };
+    let outcome = host_under_policy(
+        &local,
+        &admin,
+        &objects.name,
+        &identity,
+        &system.name,
+        &apps.name,
+    )
+    .await;
+    objects.delete().await;
+    outcome?;
+    apps.delete().await?;
+    system.delete().await
+}
+
+/// The second test proper: the host as `identity`, serving `ns`, its Lease in `system`.
+async fn host_under_policy(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    // Every right, so that only the policy could refuse the host (deploy.rs checks its RBAC).
+    let rights: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "wasmop", "namespace": system}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &rights)
+        .await?;
+    install_policy(local, admin, name, identity, &privileged_deployment(ns)).await?;
+
+    let kubeconfig = impersonating_kubeconfig(local, identity)?;
+    // The kubeconfig the host reads does act as the held identity.
+    let config = Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let through = Client::try_from(config)?;
+    anyhow::ensure!(
+        dry_run(&through, &privileged_deployment(ns), false)
+            .await?
+            .is_some(),
+        "{} does not act as {identity}",
+        kubeconfig.display()
+    );
+    let image = push_kvstore(local).await?;
+    let pod = unique("vap-host");
+    let host = Host::start_as(
+        &kubeconfig,
+        ns,
+        &["--leader-elect", "--lease-namespace", system],
+        &pod,
+    )
+    .await?;
+    let apps: Api<App> = Api::namespaced(admin.clone(), ns);
+    create_one_replica_app(
+        &apps,
+        "kv",
+        &image,
+        "Ready with the policy holding the host",
+    )
+    .await?;
+    let leases = Api::<Lease>::namespaced(admin.clone(), system)
+        .list(&Default::default())
+        .await?;
+    anyhow::ensure!(
+        leases.items.iter().any(
+            |l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(pod.as_str())
+        ),
+        "no Lease in {system} held by {pod}"
+    );
+    apps.delete("kv", &DeleteParams::default()).await?;
+    wait_for(
+        "App kv to be finalized",
+        Duration::from_secs(60),
+        || async { Ok(apps.get_opt("kv").await?.is_none().then_some(())) },
+    )
+    .await?;
+    drop(host);
+
+    let log_path = std::env::temp_dir().join(format!("{pod}-host.log"));
+    let log = std::fs::read_to_string(&log_path)?;
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ValidatingAdmissionPolicy"))
+        .collect();
+    anyhow::ensure!(
+        refused.is_empty(),
+        "the API server refused the host: {refused:#?}"
+    );
+    let _ = std::fs::remove_file(&kubeconfig);
+    Ok(())
+}
