@@ -72,6 +72,13 @@ pub struct PluginPolicySpec {
     /// whose `secrets` too). Default false.
     #[serde(default)]
     pub allow_secrets: bool,
+    /// Volume sources pods may use that name storage outside the namespace by address or id
+    /// (e.g. `nfs`, `iscsi`, `awsElasticBlockStore`; `gitRepo` and `flexVolume` too). The Pod
+    /// Security Standards allow them at baseline, but a pod naming another tenant's export or
+    /// disk reads its data, so by default none: pods claim new volumes instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub inline_volumes: Vec<String>,
     /// Where pods may be scheduled beyond the defaults, which hold at every podSecurity level:
     /// no `system-*` PriorityClass, tolerations only of the node-condition taints, no
     /// nodeSelector or node affinity on node-role labels, `kubernetes.io/hostname` or
@@ -449,6 +456,7 @@ impl PluginPolicySpec {
         guard::Policy {
             pod_security: self.pod_security.into(),
             allow_secrets: self.allow_secrets,
+            inline_volumes: self.inline_volumes.clone(),
             scheduling: self
                 .scheduling
                 .as_ref()

@@ -39,6 +39,9 @@ pub struct Policy {
     pub pod_security: Level,
     /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`, `imagePullSecrets`).
     pub allow_secrets: bool,
+    /// Volume sources naming storage outside the namespace that pods may use
+    /// ([`volumes::INLINE_STORAGE`]); none by default.
+    pub inline_volumes: Vec<String>,
     /// Where pods may be scheduled beyond the safe defaults ([`scheduling`]).
     pub scheduling: Scheduling,
     /// Service types a plan may use (`ClusterIP` covers headless Services).
@@ -111,6 +114,7 @@ impl Default for Policy {
         Self {
             pod_security: Level::Restricted,
             allow_secrets: false,
+            inline_volumes: Vec::new(),
             scheduling: Scheduling::default(),
             service_types: vec!["ClusterIP".into()],
             extra_kinds: Vec::new(),

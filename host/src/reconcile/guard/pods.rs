@@ -69,6 +69,7 @@ pub(super) fn check(
                 .then(|| secrets::pod(spec, &at))
                 .flatten()
         })
+        .or_else(|| volumes::inline(spec, &at, &policy.inline_volumes))
 }
 
 fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {

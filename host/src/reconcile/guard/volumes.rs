@@ -25,6 +25,60 @@ use serde_json::Value;
 
 use super::{Breach, Owned, fields};
 
+/// Volume sources that name storage existing outside the namespace by its address or id (an
+/// NFS export, an iSCSI or Fibre Channel target, a cloud disk's id, a Ceph pool) or that make
+/// the node fetch or run something (`gitRepo`, CVE-2024-10220; `flexVolume`'s driver). The Pod
+/// Security Standards allow them at `baseline` ("inline volumes" are not a privilege
+/// escalation of the node), but a tenant's pod that names another tenant's export or disk reads
+/// its data as a claim with `volumeName` would, which no level lets a plan do; so a pod uses
+/// one only where the policy lists it (`inlineVolumes`).
+pub const INLINE_STORAGE: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "gitRepo",
+    "glusterfs",
+    "iscsi",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// The first volume of the pod `spec` at `at` that names storage outside the namespace
+/// ([`INLINE_STORAGE`]) and is not among the `allowed` sources.
+pub(super) fn inline(spec: &Value, at: &str, allowed: &[String]) -> Option<Breach> {
+    let volumes = spec.get("volumes").and_then(Value::as_array)?;
+    for (i, volume) in volumes.iter().enumerate() {
+        for source in INLINE_STORAGE {
+            if volume.get(*source).is_some_and(|v| !v.is_null())
+                && !allowed.iter().any(|a| a == source)
+            {
+                return Some(Breach {
+                    path: format!("{at}.volumes[{i}].{source}"),
+                    rule: "wasmop/inlineVolume".into(),
+                    reason: format!(
+                        "a {source} volume names storage outside the namespace (another \
+                         tenant's, perhaps); a pod uses one only where the policy lists it in \
+                         inlineVolumes, and otherwise claims a new volume"
+                    ),
+                });
+            }
+        }
+    }
+    None
+}
+
 /// The first breach in the volumes of the pod `spec` at `at` (like `spec.template.spec`);
 /// `host_labels` are the `wasmop.dev/*` labels an ephemeral claim may carry (as in
 /// [`fields::metadata`]).
@@ -371,6 +425,19 @@ mod tests {
     /// outcome against the tables: refused by the level exactly where [`LEVELS`] says, for a
     /// Secret exactly where [`secrets::VOLUME_SECRETS`] says, otherwise allowed.
     #[test]
+    fn storage_outside_the_namespace_is_mounted_only_where_the_policy_lists_it() {
+        let nfs = json!({"volumes": [{"name": "ok", "emptyDir": {}},
+            {"name": "n", "nfs": {"server": "filer.example", "path": "/exports/team-b"}}]});
+        let breach = inline(&nfs, AT, &[]).expect("refused by default");
+        assert_eq!(
+            (breach.path.as_str(), breach.rule.as_str()),
+            ("spec.template.spec.volumes[1].nfs", "wasmop/inlineVolume")
+        );
+        assert_eq!(inline(&nfs, AT, &["nfs".to_string()]), None);
+        assert!(inline(&nfs, AT, &["iscsi".to_string()]).is_some());
+    }
+
+    #[test]
     fn each_volume_source_is_allowed_or_refused_as_the_tables_say() {
         let root = schema::<Volume>();
         let sources = properties(&root, &root);
@@ -413,6 +480,8 @@ mod tests {
                             })
                         } else if !allow_secrets && (is_secret || (with_refs && !refs.is_empty())) {
                             Some("wasmop/secrets")
+                        } else if INLINE_STORAGE.contains(source) {
+                            Some("wasmop/inlineVolume")
                         } else {
                             None
                         };
