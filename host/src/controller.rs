@@ -64,6 +64,7 @@ type Reflected<K> = (
 pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + crate::trim::Trim
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -75,7 +76,10 @@ where
     let config = watcher::Config::default().labels(selector);
     let stream = reflector::reflector(
         writer,
-        watcher(api::<K>(client, namespace), config).modify(slim),
+        watcher(api::<K>(client, namespace), config).modify(|object: &mut K| {
+            slim(object);
+            object.trim();
+        }),
     )
     .backoff(WatchBackoff::default())
     .boxed();

@@ -19,6 +19,7 @@ pub mod probes;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;
+pub mod trim;
 pub mod watch_backoff;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of

@@ -19,7 +19,13 @@ use crate::error::{Error, Result, json_message};
 /// `serde_json::Value` tree is ever built: building and freeing one per
 /// object was most of the cost of a call. The host leaves out the API
 /// clients' bookkeeping: `metadata.managedFields` and the
-/// `kubectl.kubernetes.io/last-applied-configuration` annotation.
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation. Of the
+/// objects an App's workloads make, whose number follows replicas rather
+/// than the plan, it keeps only what a plugin reads: a Pod has its metadata
+/// without annotations, its status, `spec.nodeName` and its (init)
+/// containers' names and images; a PersistentVolumeClaim has all but the
+/// annotations storage controllers do not write (`pv.kubernetes.io/*`,
+/// `volume.kubernetes.io/*`, `volume.beta.kubernetes.io/*` stay).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     objects: Vec<Entry>,
