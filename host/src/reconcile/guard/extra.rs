@@ -215,7 +215,8 @@ fn ends_a_directive(text: &str) -> Option<char> {
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         let bad = match c {
-            '"' | '\'' | '`' | ';' | '{' | '}' => true,
+            // `#` comments out the rest of the line it lands on in the controller's config.
+            '"' | '\'' | '`' | ';' | '{' | '}' | '#' => true,
             '\\' => !chars
                 .peek()
                 .is_some_and(|n| n.is_ascii_graphic() && *n != '\\'),
@@ -439,6 +440,16 @@ pub(super) fn host_allowed(allowed: &[String], host: &str) -> bool {
         Some(rest) => (true, rest),
         None => (false, host.as_str()),
     };
+    // A host is a DNS name, nothing a controller could read otherwise: ingress-nginx takes a
+    // `server-alias` starting with `~` as an unanchored regular expression (`~.*` after an
+    // allowed suffix would match every host), and a `*` inside a name as a wildcard.
+    let dns_name = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !dns_name {
+        return allowed.iter().any(|entry| entry == "*") && !host.starts_with('~');
+    }
     allowed.iter().any(|entry| {
         let entry = entry.to_ascii_lowercase();
         if entry == "*" {
@@ -1161,6 +1172,9 @@ mod tests {
             ("evilapps.example.com", false),
             ("*.example.com", false),
             (".apps.example.com", false),
+            // ingress-nginx reads a `~` server-alias as an unanchored regular expression.
+            ("~.*.apps.example.com", false),
+            ("a*.apps.example.com", false),
         ] {
             assert_eq!(host_allowed(&allowed, host), covered, "{host}");
         }
