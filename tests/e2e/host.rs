@@ -6,15 +6,19 @@ use std::{process::Stdio, time::Duration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
-use crate::harness::{Local, free_port, wait_http_ok, wasmop_binary};
+use crate::harness::{Local, TestNamespace, free_port, wait_http_ok, wasmop_binary};
 
 #[tokio::test]
 async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Result<()> {
     let local = Local::discover()?;
     let client = local.client().await?;
     let port = free_port()?;
+    // A namespace of its own: a host watching the whole cluster would reconcile (and finalize)
+    // the Apps of the tests running beside it, with no lease to keep it from their hosts.
+    let ns = TestNamespace::create(&client, "e2e-host").await?;
     let mut host = tokio::process::Command::new(wasmop_binary()?)
         .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--namespace", &ns.name])
         .env("KUBECONFIG", &local.kubeconfig)
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -77,5 +81,5 @@ async fn host_installs_crd_serves_probes_and_stops_on_sigterm() -> anyhow::Resul
         status.success(),
         "wasmop exited with {status} after SIGTERM"
     );
-    Ok(())
+    ns.delete().await
 }
