@@ -120,7 +120,10 @@ pub struct PluginPolicySpec {
     pub ingress_classes: Option<Vec<String>>,
     /// Where OCI plugins may come from: prefixes of `registry/repository`, matched on path
     /// boundaries (`ghcr.io/acme` covers `ghcr.io/acme/cache`, not `ghcr.io/acme-evil`).
-    /// Without it, any registry; link-local and metadata addresses are refused whatever this says.
+    /// Without it, any registry on a public address. A registry whose `host:port` is listed
+    /// here may also be on a private one (RFC 1918, loopback, CGNAT, ULA), as may those the
+    /// host's `--allow-private-registries` names; link-local and metadata addresses are refused
+    /// whatever this says.
     /// With it, a registry's token realm must be on the registry's own host or one of these
     /// (list `auth.docker.io` for Docker Hub).
     #[serde(default, skip_serializing_if = "Option::is_none")]
