@@ -188,6 +188,16 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             .await
         {
             Ok(objects) => {
+                // An extra kind the caches hold too (a bare Pod, under `extraKinds: [v1/Pod]`):
+                // the listing has the whole object, the cache a trimmed copy
+                // (`crate::trim`), which the plan's in-place check must not be held against.
+                let listed: std::collections::BTreeSet<(&str, &str, &str)> = objects
+                    .iter()
+                    .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
+                    .collect();
+                observed.retain(|o| {
+                    !listed.contains(&(o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
+                });
                 observed.extend(objects);
                 observed.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
             }
