@@ -79,7 +79,7 @@ pub fn violation(
     let named = |kind: &str| -> BTreeSet<String> {
         observed
             .iter()
-            .filter(|o| o.api_version == kind_version(kind) && o.kind == kind)
+            .filter(|o| o.api_version == "v1" && o.kind == kind)
             .filter(|o| o.owned || kind == "PersistentVolumeClaim")
             .map(|o| o.name.clone())
             .collect()
@@ -102,11 +102,6 @@ pub fn violation(
         "{}/{}: {}: {} ({})",
         object.kind, object.name, breach.path, breach.reason, breach.rule
     ))
-}
-
-/// The apiVersion of the core kinds [`violation`] looks up.
-fn kind_version(_kind: &str) -> &'static str {
-    "v1"
 }
 
 /// The metadata a plan could have written for a live object: its name, labels and
