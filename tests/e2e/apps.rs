@@ -195,6 +195,18 @@ pub async fn push_kvstore(local: &Local) -> anyhow::Result<String> {
     Ok(reference)
 }
 
+/// Puts the fault test plugin into `namespace` as the ConfigMap `fault-plugin`; returns the
+/// `spec.plugin` of an App that loads it.
+pub async fn fault_plugin_in(client: &Client, namespace: &str) -> anyhow::Result<Value> {
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .create(
+            &PostParams::default(),
+            &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
+        )
+        .await?;
+    Ok(json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}}))
+}
+
 pub fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::Result<App> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",

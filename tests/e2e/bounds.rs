@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::{
     Api,
     api::{DeleteParams, PostParams},
@@ -14,8 +14,8 @@ use serde_json::json;
 use wasmop_host::{app::App, policy::PluginPolicy};
 
 use crate::{
-    apps::{Host, app, condition, live_claims, wait_app},
-    harness::{Local, TestNamespace, plugin_configmap, unique},
+    apps::{Host, app, condition, fault_plugin_in, live_claims, wait_app},
+    harness::{Local, TestNamespace, unique},
 };
 
 #[tokio::test]
@@ -38,14 +38,8 @@ async fn a_plugin_naming_new_claims_stops_at_the_limit_and_its_neighbour_stays_r
             }))?,
         )
         .await?;
-    for namespace in [&ns.name, &other.name] {
-        Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .create(
-                &PostParams::default(),
-                &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
-            )
-            .await?;
-    }
+    let from_cm = fault_plugin_in(&client, &ns.name).await?;
+    fault_plugin_in(&client, &other.name).await?;
     let _host = Host::start_with(
         &local,
         &ns.name,
@@ -55,7 +49,6 @@ async fn a_plugin_naming_new_claims_stops_at_the_limit_and_its_neighbour_stays_r
     .await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     let neighbours: Api<App> = Api::namespaced(client.clone(), &other.name);
-    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
     apps.create(
         &PostParams::default(),
         &app(
@@ -123,15 +116,9 @@ async fn a_statefulset_cannot_take_over_another_apps_claim_by_its_name() -> anyh
         }))?,
     )
     .await?;
-    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-        .create(
-            &PostParams::default(),
-            &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
-        )
-        .await?;
+    let from_cm = fault_plugin_in(&client, &ns.name).await?;
     let _host = Host::start(&local, &ns.name).await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
-    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
     apps.create(
         &PostParams::default(),
         &app(

@@ -19,8 +19,8 @@ use serde_json::json;
 use wasmop_host::{app::App, policy::PluginPolicy};
 
 use crate::{
-    apps::{Host, app, condition, wait_app},
-    harness::{Local, TestNamespace, plugin_configmap, unique, wait_for},
+    apps::{Host, app, condition, fault_plugin_in, wait_app},
+    harness::{Local, TestNamespace, unique, wait_for},
 };
 
 fn policy(name: &str, spec: serde_json::Value) -> anyhow::Result<PluginPolicy> {
@@ -45,14 +45,8 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
             &Patch::Merge(json!({"metadata": {"labels": {"wasmop.dev/e2e-policy": mark}}})),
         )
         .await?;
-    for ns in [&tenant.name, &system.name] {
-        Api::<ConfigMap>::namespaced(client.clone(), ns)
-            .create(
-                &PostParams::default(),
-                &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
-            )
-            .await?;
-    }
+    let from_cm = fault_plugin_in(&client, &tenant.name).await?;
+    fault_plugin_in(&client, &system.name).await?;
     let _host = Host::start_with(
         &local,
         &tenant.name,
@@ -65,7 +59,6 @@ async fn policies_select_namespaces_and_apply_live() -> anyhow::Result<()> {
         &unique("policy-host"),
     )
     .await?;
-    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
     let tenant_apps: Api<App> = Api::namespaced(client.clone(), &tenant.name);
     let system_apps: Api<App> = Api::namespaced(client.clone(), &system.name);
     tenant_apps
@@ -243,15 +236,9 @@ async fn extra_kinds_are_planned_observed_and_pruned_only_where_a_policy_adds_th
     let local = Local::discover()?;
     let client = local.client().await?;
     let ns = TestNamespace::create(&client, "e2e-extra").await?;
-    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
-        .create(
-            &PostParams::default(),
-            &plugin_configmap("fault-plugin", "fault_plugin.wasm")?,
-        )
-        .await?;
+    let from_cm = fault_plugin_in(&client, &ns.name).await?;
     let _host = Host::start(&local, &ns.name).await?;
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
-    let from_cm = json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}});
     apps.create(
         &PostParams::default(),
         &app(
