@@ -349,31 +349,54 @@ impl ClusterObjects {
     }
 }
 
-#[tokio::test]
-async fn the_api_server_refuses_the_hosts_privileged_and_protected_writes() -> anyhow::Result<()> {
+/// Runs `test` with the policy's scaffolding: the host's namespace (its ServiceAccount,
+/// Leases) and an App's namespace it writes in, the identity of the host's ServiceAccount, and
+/// a name for the policy's renamed cluster-scoped objects, which are deleted whatever `test`
+/// returns (the namespaces only when it passed, to look at otherwise).
+async fn under_the_policy<F, Fut>(test: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Local, Client, Scaffold) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let local = Local::discover()?;
     let admin = local.client().await?;
-    // The host's namespace (its ServiceAccount, Leases) and an App's namespace it writes in.
     let system = TestNamespace::create(&admin, "e2e-vap-host").await?;
     let apps = TestNamespace::create(&admin, "e2e-vap").await?;
-    let identity = format!("system:serviceaccount:{}:wasmop", system.name);
     let objects = ClusterObjects {
         client: admin.clone(),
         name: unique("e2e-wasmop-host"),
     };
-    let outcome = refusals(
-        &local,
-        &admin,
-        &objects.name,
-        &identity,
-        &system.name,
-        &apps.name,
-    )
-    .await;
+    let scaffold = Scaffold {
+        name: objects.name.clone(),
+        identity: format!("system:serviceaccount:{}:wasmop", system.name),
+        system: system.name.clone(),
+        ns: apps.name.clone(),
+    };
+    let outcome = test(local, admin, scaffold).await;
     objects.delete().await;
     outcome?;
     apps.delete().await?;
     system.delete().await
+}
+
+/// What [`under_the_policy`] made for a test.
+struct Scaffold {
+    /// The name of the renamed policy and binding.
+    name: String,
+    /// The host's ServiceAccount, as a username.
+    identity: String,
+    /// The host's namespace.
+    system: String,
+    /// An App's namespace.
+    ns: String,
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_the_hosts_privileged_and_protected_writes() -> anyhow::Result<()> {
+    under_the_policy(|local, admin, s| async move {
+        refusals(&local, &admin, &s.name, &s.identity, &s.system, &s.ns).await
+    })
+    .await
 }
 
 /// The test proper: installs the renamed policy, probes it as `identity`, writing in `ns` (an
@@ -596,28 +619,10 @@ fn impersonating_kubeconfig(local: &Local, user: &str) -> anyhow::Result<std::pa
 /// own namespace) and finalizes it on delete, and the API server refuses it nothing on the way.
 #[tokio::test]
 async fn the_hosts_own_writes_pass_the_policy() -> anyhow::Result<()> {
-    let local = Local::discover()?;
-    let admin = local.client().await?;
-    let system = TestNamespace::create(&admin, "e2e-vap-host").await?;
-    let apps = TestNamespace::create(&admin, "e2e-vap").await?;
-    let identity = format!("system:serviceaccount:{}:wasmop", system.name);
-    let objects = ClusterObjects {
-        client: admin.clone(),
-        name: unique("e2e-wasmop-host"),
-    };
-    let outcome = host_under_policy(
-        &local,
-        &admin,
-        &objects.name,
-        &identity,
-        &system.name,
-        &apps.name,
-    )
-    .await;
-    objects.delete().await;
-    outcome?;
-    apps.delete().await?;
-    system.delete().await
+    under_the_policy(|local, admin, s| async move {
+        host_under_policy(&local, &admin, &s.name, &s.identity, &s.system, &s.ns).await
+    })
+    .await
 }
 
 /// The second test proper: the host as `identity`, serving `ns`, its Lease in `system`.
