@@ -32,6 +32,12 @@ pub fn component(file: &str) -> Vec<u8> {
     })
 }
 
+/// Starts the peak resident set over from the current one (Linux's `clear_refs` value 5), so a
+/// test measures its own peak and not one an earlier test in the binary left behind.
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("/proc/self/clear_refs");
+}
+
 /// The process's peak resident set (`VmHWM`), in bytes.
 pub fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
