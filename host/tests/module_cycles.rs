@@ -29,7 +29,6 @@ const KNOWN: &[&[&str]] = &[
         "reconcile::prepare",
         "reconcile::status",
     ],
-    &["plugin::compiler", "plugin::engine"],
 ];
 
 #[test]

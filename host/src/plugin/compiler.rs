@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use wasmtime::{Engine, component::Component};
+use wasmtime::{Config, Engine, OptLevel, component::Component};
 
 use super::limits::MAX_COMPONENT_BYTES;
 
@@ -61,7 +61,20 @@ pub enum CompileError {
     Host(String),
 }
 
-/// How a [`PluginEngine`](super::engine::PluginEngine) compiles.
+/// The engine settings that decide how code is compiled, shared by the host's engine (which
+/// adds its pooling allocator) and the compile worker's, so that what the worker compiles the
+/// host can load.
+pub(crate) fn compile_config() -> Config {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(OptLevel::Speed)
+        .parallel_compilation(true);
+    config
+}
+
+/// How a [`PluginEngine`](crate::plugin::engine::PluginEngine) compiles.
 pub enum Compiler {
     /// In this process: where a person chose the component (the CLI, tests, benchmarks).
     InProcess,
@@ -265,7 +278,7 @@ pub fn worker_main(memory_bytes: u64) -> std::process::ExitCode {
         eprintln!("the component is over {MAX_COMPONENT_BYTES} bytes");
         return ExitCode::FAILURE;
     };
-    let engine = match super::engine::compile_engine() {
+    let engine = match Engine::new(&compile_config()) {
         Ok(engine) => engine,
         Err(err) => {
             eprintln!("building the compile engine: {err:#}");

@@ -9,7 +9,7 @@ use std::{
 };
 
 use wasmtime::{
-    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
     component::{HasSelf, Linker},
 };
 
@@ -17,7 +17,7 @@ use super::{
     bindings::wasmop::plugin::log,
     budget::MemoryBudget,
     clock,
-    compiler::Compiler,
+    compiler::{self, Compiler},
     limits::{EPOCH_TICK, MAX_MEMORY_BYTES},
     sandbox::CallState,
 };
@@ -40,24 +40,6 @@ pub struct PluginEngine {
     fingerprint: String,
     budget: MemoryBudget,
     compiler: Compiler,
-}
-
-/// The engine settings that decide how code is compiled, shared by the host's engine and the
-/// compile worker's, so that what the worker compiles the host can load.
-fn compile_config() -> Config {
-    let mut config = Config::new();
-    config
-        .wasm_component_model(true)
-        .epoch_interruption(true)
-        .cranelift_opt_level(OptLevel::Speed)
-        .parallel_compilation(true);
-    config
-}
-
-/// An engine that only compiles (the compile worker's): the host's compile settings, without
-/// the pooling allocator's reservations.
-pub fn compile_engine() -> wasmtime::Result<Engine> {
-    Engine::new(&compile_config())
 }
 
 impl PluginEngine {
@@ -102,7 +84,7 @@ impl PluginEngine {
             // measured with tests/bench. The calls in flight at once need no more warm slots
             // than that; a colder slot costs the next call a fresh copy-on-write mapping.
             .max_unused_warm_slots(warm_slots);
-        let mut config = compile_config();
+        let mut config = compiler::compile_config();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config)?;
 
