@@ -11,10 +11,7 @@ use kube::{
     runtime::wait::{await_condition, conditions},
 };
 
-use crate::{app::App, policy::PluginPolicy};
-
-/// The field manager the host uses for everything it applies.
-pub const FIELD_MANAGER: &str = "wasmop";
+use crate::{app::App, policy::PluginPolicy, write::FIELD_MANAGER};
 
 /// How long a freshly applied CRD may take to become Established before start-up fails.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);

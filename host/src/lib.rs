@@ -21,6 +21,7 @@ pub mod run;
 pub mod telemetry;
 pub mod trim;
 pub mod watch_backoff;
+pub mod write;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of
 // the guest; with glibc's malloc that was about 7% of a plan call. mimalloc makes plan and

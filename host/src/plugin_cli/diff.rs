@@ -17,10 +17,10 @@ use wasmop_core::ObjectKey;
 
 use crate::{
     app::App,
-    crd_install::FIELD_MANAGER,
     kinds::TABLE,
     policy::{PluginPolicy, Resolution, resolve},
     reconcile::{execute::is_managed_by, guard},
+    write::FIELD_MANAGER,
 };
 
 /// The App `namespace/name` and the objects the host's caches would hold for it: those

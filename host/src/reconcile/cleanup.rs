@@ -144,7 +144,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         .iter()
         .filter(|o| o.kind == "PersistentVolumeClaim" && offered.contains(o.name.as_str()))
     {
-        super::execute::before_write("delete", "PersistentVolumeClaim");
+        crate::write::before_write("delete", "PersistentVolumeClaim");
         match pvcs.delete(&object.name, &DeleteParams::background()).await {
             Ok(_) => deleted.push(object.name.clone()),
             Err(kube::Error::Api(e)) if e.code == 404 => {}

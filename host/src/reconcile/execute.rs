@@ -27,7 +27,10 @@ use wasmop_core::{
 };
 
 use super::{Context, Error, app_key, guard::Policy, prepare::Prepared, status};
-use crate::{app::App, crd_install::FIELD_MANAGER};
+use crate::{
+    app::App,
+    write::{FIELD_MANAGER, before_write},
+};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -155,14 +158,6 @@ enum WriteError {
     Refused(Failure),
     /// The API call failed; retried with backoff.
     Kube { what: String, source: kube::Error },
-}
-
-/// Every write to the API server first passes the leader fence
-/// ([`crate::leader::ensure_leading`]), and is logged (debug) as it is sent: which replica
-/// wrote when, for the fault tests' check that two never act at once.
-pub fn before_write(verb: &'static str, kind: &str) {
-    crate::leader::ensure_leading();
-    tracing::debug!(verb, kind, "writing to the API server");
 }
 
 /// Performs `decision`; returns when to look again.

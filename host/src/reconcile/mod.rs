@@ -2,7 +2,7 @@
 //!
 //! 1. [`prepare`]: the namespace's policy, the App's plugin reference and the state of its
 //!    plugin, and a snapshot of the App's objects from the reflector caches ([`fetch`]);
-//! 2. [`wasmop_core::decide`]: the pure decision (upgrade gate → plan → [`guard`] → apply and
+//! 2. [`wasmop_core::decide()`]: the pure decision (upgrade gate → plan → [`guard`] → apply and
 //!    prune → health → backup → status and events), calling the plugin through [`calls`];
 //! 3. [`execute`]: performs the decision: adoption check, server-side apply, prune, backup Job,
 //!    status write, events.
@@ -187,7 +187,7 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
                 let done = cleanup::cleanup_app(&app, &ctx).await;
                 // kube's helper removes the finalizer next, a write of its own.
                 if done.is_ok() {
-                    execute::before_write("patch", "App");
+                    crate::write::before_write("patch", "App");
                 }
                 done
             }
@@ -227,7 +227,7 @@ async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube:
     let patch = serde_json::json!({
         "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
     });
-    execute::before_write("patch", "App");
+    crate::write::before_write("patch", "App");
     let patched = api
         .patch(
             &app.name_any(),

@@ -13,7 +13,7 @@ pub async fn write(api: &Api<App>, app: &App, status: &AppStatus) -> Result<bool
         return Ok(false);
     }
     let name = app.metadata.name.as_deref().unwrap_or_default();
-    super::execute::before_write("status", "App");
+    crate::write::before_write("status", "App");
     let patch = serde_json::json!({
         "apiVersion": "wasmop.dev/v1alpha1",
         "kind": "App",
@@ -21,7 +21,7 @@ pub async fn write(api: &Api<App>, app: &App, status: &AppStatus) -> Result<bool
     });
     api.patch_status(
         name,
-        &PatchParams::apply(crate::crd_install::FIELD_MANAGER).force(),
+        &PatchParams::apply(crate::write::FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
     .await?;
