@@ -1,8 +1,11 @@
 //! The admission policy `deploy/` and the chart ship (`deploy/base/admission-policy.yaml`) on the
-//! real API server: impersonating the host's ServiceAccount, writes of privileged and host-level
-//! pods and writes in the protected namespaces are refused by the API server itself, with the
-//! policy's message naming the field, while a hardened workload, the host's own Leases and Events,
-//! and every other identity's writes are admitted.
+//! real API server: impersonating the host's ServiceAccount, writes of pods that break a rule of
+//! Pod Security Standards `baseline` (privileged and host-level pods, and each of the other rules
+//! alone) and writes in the protected namespaces are refused by the API server itself, with the
+//! policy's message naming the field, while a hardened workload, what `baseline` allows next to
+//! each rule, the host's own Leases and Events, and every other identity's writes are admitted.
+//! (That the chart's copy of the policy is the same object is `helm.rs`'s
+//! `the_chart_lints_and_renders_what_kustomize_does`.)
 //!
 //! The policy and its binding are cluster-scoped, so the test installs a renamed copy that holds
 //! an identity of its own (a ServiceAccount's name in a throw-away namespace, impersonated):
@@ -146,6 +149,65 @@ fn refusal(result: Result<(), kube::Error>, what: &str) -> anyhow::Result<Option
         }
         Err(err) => Err(err).with_context(|| format!("{what}: neither admitted nor refused")),
     }
+}
+
+/// Each of `refused` is refused to `client` (a dry-run create), with a message that contains
+/// the object's expected text.
+async fn expect_refused(client: &Client, refused: &[(Value, &str)]) -> anyhow::Result<()> {
+    for (object, want) in refused {
+        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
+        let message = dry_run(client, object, false)
+            .await?
+            .with_context(|| format!("{what} was admitted"))?;
+        println!("refused: {message}");
+        assert!(message.contains(want), "{what}: {message}");
+    }
+    Ok(())
+}
+
+/// Each of `admitted` is admitted for `client` (a dry-run create).
+async fn expect_admitted(client: &Client, admitted: &[Value]) -> anyhow::Result<()> {
+    for object in admitted {
+        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
+        if let Some(message) = dry_run(client, object, false).await? {
+            anyhow::bail!("{what} was refused: {message}");
+        }
+    }
+    Ok(())
+}
+
+/// What the API server answers `host` adding an ephemeral container `debug` with
+/// `security_context` (a dry run) to a running hardened Pod the admin creates in `ns`: `None`
+/// when admitted, the policy's message when refused.
+async fn ephemeral_container(
+    admin: &Client,
+    host: &Client,
+    ns: &str,
+    security_context: Value,
+) -> anyhow::Result<Option<String>> {
+    let name = unique("running");
+    let running: Pod = serde_json::from_value(pod(ns, &name, hardened_pod()))?;
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &running)
+        .await?;
+    let debug = json!({"spec": {"ephemeralContainers": [{
+        "name": "debug", "image": "registry.k8s.io/pause:3.10",
+        "securityContext": security_context,
+    }]}});
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let result = Api::<Pod>::namespaced(host.clone(), ns)
+        .patch_subresource(
+            "ephemeralcontainers",
+            &name,
+            &params,
+            &Patch::Strategic(&debug),
+        )
+        .await
+        .map(|_| ());
+    refusal(result, &format!("Pod {name}/ephemeralcontainers"))
 }
 
 /// A pod spec that passes the policy (and `restricted`), with `hostUsers: false`, the safe
@@ -292,6 +354,27 @@ async fn install_policy(
     Ok((host, message))
 }
 
+/// Gives the host's ServiceAccount (`wasmop` in `system`) [`probe_rights`] and installs the
+/// renamed policy holding `identity` (see [`install_policy`]): a client acting as `identity`,
+/// and the message of its first refusal (a privileged Deployment in `ns`).
+async fn held_host(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<(Client, String)> {
+    let (role, role_binding) = probe_rights(name, system, "wasmop")?;
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &role_binding)
+        .await?;
+    install_policy(local, admin, name, identity, &privileged_deployment(ns)).await
+}
+
 /// Rights for `account` (a ServiceAccount `namespace/name`) to make every request the test
 /// probes, so that what refuses them is the policy, not RBAC.
 fn probe_rights(
@@ -409,15 +492,7 @@ async fn refusals(
     system: &str,
     ns: &str,
 ) -> anyhow::Result<()> {
-    let (role, role_binding) = probe_rights(name, system, "wasmop")?;
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&PostParams::default(), &role_binding)
-        .await?;
-    let privileged = privileged_deployment(ns);
-    let (host, message) = install_policy(local, admin, name, identity, &privileged).await?;
+    let (host, message) = held_host(local, admin, name, identity, system, ns).await?;
     println!("refused: {message}");
     assert!(
         message.contains(&format!("ValidatingAdmissionPolicy '{name}'")),
@@ -509,14 +584,7 @@ async fn refusals(
             "protected namespace: the wasmop host may not CREATE configmaps in namespace kube-system",
         ),
     ];
-    for (object, want) in &refused {
-        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
-        let message = dry_run(&host, object, false)
-            .await?
-            .with_context(|| format!("{what} was admitted"))?;
-        println!("refused: {message}");
-        assert!(message.contains(want), "{what}: {message}");
-    }
+    expect_refused(&host, &refused).await?;
     // Deleting in kube-system too (an object that exists; the dry run deletes nothing).
     let kube_system = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -531,28 +599,8 @@ async fn refusals(
     );
 
     // Ephemeral containers reach a running Pod through a subresource: held the same way.
-    let running: Pod = serde_json::from_value(pod(ns, "running", hardened_pod()))?;
-    Api::<Pod>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &running)
-        .await?;
-    let debug = json!({"spec": {"ephemeralContainers": [{
-        "name": "debug", "image": "registry.k8s.io/pause:3.10",
-        "securityContext": {"privileged": true},
-    }]}});
-    let params = PatchParams {
-        dry_run: true,
-        ..PatchParams::default()
-    };
-    let result = Api::<Pod>::namespaced(host.clone(), ns)
-        .patch_subresource(
-            "ephemeralcontainers",
-            "running",
-            &params,
-            &Patch::Strategic(&debug),
-        )
-        .await
-        .map(|_| ());
-    let message = refusal(result, "Pod running/ephemeralcontainers")?
+    let message = ephemeral_container(admin, &host, ns, json!({"privileged": true}))
+        .await?
         .context("a privileged ephemeral container was admitted")?;
     assert!(
         message.contains(
@@ -584,18 +632,288 @@ async fn refusals(
             "metadata": {"name": name}, "value": 0,
         }),
     ];
-    for object in &admitted {
-        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
-        if let Some(message) = dry_run(&host, object, false).await? {
-            anyhow::bail!("{what} was refused: {message}");
-        }
-    }
+    expect_admitted(&host, &admitted).await?;
 
     // Another identity is not held: the admin may create the privileged Deployment.
-    if let Some(message) = dry_run(admin, &privileged, false).await? {
+    if let Some(message) = dry_run(admin, &privileged_deployment(ns), false).await? {
         anyhow::bail!("the admin was refused: {message}");
     }
     Ok(())
+}
+
+/// The rest of Pod Security Standards' `baseline` (upstream `pod-security-admission` v0.36.3,
+/// the local API server's): host ports, SELinux options, sysctls, AppArmor (fields and the
+/// deprecated annotations), seccomp, probe and lifecycle hosts, each refused alone on a pod
+/// otherwise clean under `baseline`; what `baseline` allows next to each passes.
+#[tokio::test]
+async fn the_api_server_refuses_the_hosts_other_baseline_faults() -> anyhow::Result<()> {
+    under_the_policy(|local, admin, s| async move {
+        baseline_refusals(&local, &admin, &s.name, &s.identity, &s.system, &s.ns).await
+    })
+    .await
+}
+
+/// The third test proper: installs the renamed policy, probes it as `identity` in `ns`.
+async fn baseline_refusals(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let (host, _) = held_host(local, admin, name, identity, system, ns).await?;
+    let unconfined = json!({"container.apparmor.security.beta.kubernetes.io/app": "unconfined"});
+    let refused = [
+        (
+            deployment(
+                ns,
+                "host-port",
+                attacking_pod(|p| {
+                    p["containers"][0]["ports"] = json!([
+                        {"containerPort": 8080, "hostPort": 8080},
+                        {"containerPort": 8081, "hostPort": 0},
+                        {"containerPort": 8082},
+                    ]);
+                }),
+            ),
+            "host ports: spec.template.spec.containers[app].ports.hostPort: 8080",
+        ),
+        (
+            pod(
+                ns,
+                "selinux-type",
+                attacking_pod(|p| {
+                    p["securityContext"]["seLinuxOptions"] = json!({"type": "spc_t"});
+                }),
+            ),
+            "SELinux options: spec.securityContext.seLinuxOptions.type=spc_t",
+        ),
+        (
+            deployment(
+                ns,
+                "selinux-user-role",
+                attacking_pod(|p| {
+                    p["containers"][0]["securityContext"]["seLinuxOptions"] =
+                        json!({"type": "container_t", "user": "system_u", "role": "system_r"});
+                }),
+            ),
+            "SELinux options: \
+             spec.template.spec.containers[app].securityContext.seLinuxOptions.user=system_u, \
+             spec.template.spec.containers[app].securityContext.seLinuxOptions.role=system_r",
+        ),
+        (
+            deployment(
+                ns,
+                "sysctls",
+                attacking_pod(|p| {
+                    p["securityContext"]["sysctls"] = json!([
+                        {"name": "net.ipv4.tcp_wmem", "value": "4096 16384 4194304"},
+                        {"name": "kernel.msgmax", "value": "65536"},
+                    ]);
+                }),
+            ),
+            "sysctls outside the safe set: spec.template.spec.securityContext.sysctls[kernel.msgmax]",
+        ),
+        (
+            pod(
+                ns,
+                "apparmor-pod-field",
+                attacking_pod(|p| {
+                    p["securityContext"]["appArmorProfile"] = json!({"type": "Unconfined"});
+                }),
+            ),
+            "AppArmor profile: spec.securityContext.appArmorProfile.type=Unconfined",
+        ),
+        (
+            statefulset(
+                ns,
+                "apparmor-field",
+                attacking_pod(|p| {
+                    p["containers"][0]["securityContext"]["appArmorProfile"] =
+                        json!({"type": "Unconfined"});
+                }),
+            ),
+            "AppArmor profile: \
+             spec.template.spec.containers[app].securityContext.appArmorProfile.type=Unconfined",
+        ),
+        (
+            annotated(
+                pod(ns, "apparmor-annotation", attacking_pod(|_| {})),
+                &unconfined,
+            ),
+            "metadata.annotations[container.apparmor.security.beta.kubernetes.io/app]=unconfined",
+        ),
+        (
+            annotated(
+                deployment(ns, "apparmor-annotation", attacking_pod(|_| {})),
+                &unconfined,
+            ),
+            "AppArmor profile: spec.template.metadata.annotations\
+             [container.apparmor.security.beta.kubernetes.io/app]=unconfined",
+        ),
+        (
+            annotated(
+                cronjob(ns, "apparmor-annotation", attacking_pod(|_| {})),
+                &unconfined,
+            ),
+            "AppArmor profile: spec.jobTemplate.spec.template.metadata.annotations\
+             [container.apparmor.security.beta.kubernetes.io/app]=unconfined",
+        ),
+        (
+            deployment(
+                ns,
+                "seccomp-pod",
+                attacking_pod(|p| {
+                    p["securityContext"]["seccompProfile"] = json!({"type": "Unconfined"});
+                }),
+            ),
+            "seccomp profile: spec.template.spec.securityContext.seccompProfile.type=Unconfined",
+        ),
+        (
+            cronjob(
+                ns,
+                "seccomp-container",
+                attacking_pod(|p| {
+                    p["containers"][0]["securityContext"]["seccompProfile"] =
+                        json!({"type": "Unconfined"});
+                }),
+            ),
+            "seccomp profile: spec.jobTemplate.spec.template.spec.containers[app]\
+             .securityContext.seccompProfile.type=Unconfined",
+        ),
+        (
+            deployment(
+                ns,
+                "probe-host",
+                attacking_pod(|p| {
+                    p["containers"][0]["readinessProbe"] =
+                        json!({"httpGet": {"host": "10.0.0.1", "port": 8080}});
+                }),
+            ),
+            "probe or lifecycle host: \
+             spec.template.spec.containers[app].readinessProbe.httpGet.host=10.0.0.1",
+        ),
+        (
+            pod(
+                ns,
+                "probe-host",
+                attacking_pod(|p| {
+                    p["containers"][0]["livenessProbe"] =
+                        json!({"tcpSocket": {"host": "10.0.0.1", "port": 8080}});
+                }),
+            ),
+            "probe or lifecycle host: spec.containers[app].livenessProbe.tcpSocket.host=10.0.0.1",
+        ),
+        (
+            statefulset(
+                ns,
+                "lifecycle-host",
+                attacking_pod(|p| {
+                    p["containers"][0]["lifecycle"] =
+                        json!({"preStop": {"httpGet": {"host": "example.com", "port": 80}}});
+                }),
+            ),
+            "probe or lifecycle host: \
+             spec.template.spec.containers[app].lifecycle.preStop.httpGet.host=example.com",
+        ),
+    ];
+    expect_refused(&host, &refused).await?;
+
+    // An ephemeral container is one of the pod's containers for these rules too.
+    let message = ephemeral_container(
+        admin,
+        &host,
+        ns,
+        json!({"seccompProfile": {"type": "Unconfined"}}),
+    )
+    .await?
+    .context("an unconfined ephemeral container was admitted")?;
+    assert!(
+        message.contains(
+            "seccomp profile: \
+             spec.ephemeralContainers[debug].securityContext.seccompProfile.type=Unconfined"
+        ),
+        "{message}"
+    );
+
+    // procMount: since 1.35 `baseline` lets a pod in a user namespace (`hostUsers: false`) unmask
+    // /proc, and the API server itself takes `Unmasked` only there, so the policy's refusal of
+    // it elsewhere cannot be reached on this API server: its own validation comes first.
+    let unmasked = |p: &mut Value| {
+        p["containers"][0]["securityContext"]["procMount"] = json!("Unmasked");
+    };
+    let err = dry_run(&host, &pod(ns, "unmasked", attacking_pod(unmasked)), false)
+        .await
+        .err()
+        .context("Unmasked /proc outside a user namespace was admitted")?;
+    assert!(
+        format!("{err:#}").contains("`hostUsers` must be false to use `Unmasked`"),
+        "{err:#}"
+    );
+
+    // What `baseline` allows next to each rule passes.
+    let mut clean = hardened_pod();
+    clean["securityContext"]["seLinuxOptions"] =
+        json!({"type": "container_engine_t", "level": "s0:c123,c456"});
+    clean["securityContext"]["sysctls"] = json!([
+        {"name": "kernel.shm_rmid_forced", "value": "1"},
+        {"name": "net.ipv4.ip_local_port_range", "value": "32768 60999"},
+        {"name": "net.ipv4.tcp_syncookies", "value": "1"},
+        {"name": "net.ipv4.ping_group_range", "value": "0 0"},
+        {"name": "net.ipv4.ip_unprivileged_port_start", "value": "1024"},
+        {"name": "net.ipv4.ip_local_reserved_ports", "value": "40000"},
+        {"name": "net.ipv4.tcp_keepalive_time", "value": "600"},
+        {"name": "net.ipv4.tcp_fin_timeout", "value": "30"},
+        {"name": "net.ipv4.tcp_keepalive_intvl", "value": "30"},
+        {"name": "net.ipv4.tcp_keepalive_probes", "value": "5"},
+        {"name": "net.ipv4.tcp_rmem", "value": "4096 131072 6291456"},
+        {"name": "net.ipv4.tcp_wmem", "value": "4096 16384 4194304"},
+    ]);
+    clean["securityContext"]["appArmorProfile"] =
+        json!({"type": "Localhost", "localhostProfile": "k8s-apparmor-example"});
+    let app = &mut clean["containers"][0];
+    app["ports"] = json!([{"containerPort": 8080}, {"containerPort": 8081, "hostPort": 0}]);
+    app["readinessProbe"] = json!({"httpGet": {"port": 8080, "path": "/ready"}});
+    app["lifecycle"] = json!({"preStop": {"httpGet": {"port": 8080, "path": "/stop"}}});
+    let sc = &mut app["securityContext"];
+    sc["procMount"] = json!("Default");
+    sc["seLinuxOptions"] = json!({"type": "container_t"});
+    sc["appArmorProfile"] = json!({"type": "RuntimeDefault"});
+    sc["seccompProfile"] = json!({"type": "Localhost", "localhostProfile": "profiles/audit.json"});
+    // The API server wants a container's annotation and field to agree.
+    let mut localhost = clean.clone();
+    localhost["containers"][0]["securityContext"]["appArmorProfile"] =
+        json!({"type": "Localhost", "localhostProfile": "k8s-apparmor-example"});
+    let admitted = [
+        annotated(
+            deployment(ns, "baseline-clean", clean),
+            &json!({"container.apparmor.security.beta.kubernetes.io/app": "runtime/default"}),
+        ),
+        annotated(
+            cronjob(ns, "baseline-clean", localhost),
+            &json!({"container.apparmor.security.beta.kubernetes.io/app": "localhost/k8s-apparmor-example"}),
+        ),
+        // `hardened_pod` runs in a user namespace.
+        pod(ns, "unmasked-in-user-namespace", {
+            let mut p = hardened_pod();
+            unmasked(&mut p);
+            p
+        }),
+    ];
+    expect_admitted(&host, &admitted).await
+}
+
+/// `object` (a Pod, or a kind whose pod template is at `spec.template` or, for a CronJob,
+/// `spec.jobTemplate.spec.template`) with `annotations` on its pod's metadata.
+fn annotated(mut object: Value, annotations: &Value) -> Value {
+    let metadata = match object["kind"].as_str() {
+        Some("Pod") => &mut object["metadata"],
+        Some("CronJob") => &mut object["spec"]["jobTemplate"]["spec"]["template"]["metadata"],
+        _ => &mut object["spec"]["template"]["metadata"],
+    };
+    metadata["annotations"] = annotations.clone();
+    object
 }
 
 /// A copy of the local kubeconfig whose user acts as `user` (`as:`), for a process that reads a
