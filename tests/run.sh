@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test wasmop has: formatting, clippy (warnings are errors), unit tests, the plugin
-# builds for wasm32-wasip2, and the end-to-end tests against the real local cluster and registry.
+# Runs every test wasmop has: formatting, the dependency rules (deny.toml), clippy (warnings are
+# errors, with and without the benchmark's native-plugins), the docs' links, unit tests, the
+# plugin builds for wasm32-wasip2, and the end-to-end tests against the real local cluster and
+# registry.
 #
 #   tests/run.sh            everything
 #   tests/run.sh e2e        only the end-to-end tests (cluster must be startable)
@@ -22,14 +24,31 @@ find "$CARGO_TARGET_DIR"/*/incremental -mindepth 1 -maxdepth 1 -mtime +1 -exec r
 step "setup: what the README's commands need (deploy/local/setup.sh)"
 deploy/local/setup.sh
 rustup show active-toolchain
+source "$WASMOP_LOCAL_STATE/tools.env" # CARGO_DENY, which setup.sh installed
 
 if [[ "$only" == all ]]; then
 
   step "cargo fmt --check"
   cargo fmt --all -- --check
 
+  step "cargo deny check bans licenses sources (deny.toml)"
+  # Not advisories: the RustSec database is a git clone from GitHub, and CI reaches only package
+  # registries. Duplicate versions are warnings; run without --hide-inclusion-graph to see which
+  # dependencies bring each one in.
+  "$CARGO_DENY" --locked check --hide-inclusion-graph bans licenses sources
+
   step "cargo clippy --all-targets -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+  # The host with its plugins linked in natively (the benchmark's build, tests/bench/run.sh).
+  cargo clippy -p wasmop-host --all-targets --locked --features native-plugins -- -D warnings
+
+  step "cargo doc -D warnings: every intra-doc link resolves"
+  # wasmop-core and wasmop-sdk as docs.rs would build them: their public docs link nothing private.
+  RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --locked -p wasmop-core -p wasmop-sdk
+  # The other crates' docs are for their maintainers: private items included, and linking to them.
+  RUSTDOCFLAGS='-D warnings -A rustdoc::private-intra-doc-links' cargo doc --no-deps --locked \
+    --workspace --exclude wasmop-core --exclude wasmop-sdk --document-private-items \
+    --features wasmop-host/native-plugins
 
   step "plugins for wasm32-wasip2"
   # A second kvstore build that plans differently, for the live-swap journey test.

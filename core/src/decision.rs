@@ -1,4 +1,4 @@
-//! What one reconcile of one App should do, as plain data: the [`decide`](crate::decide)
+//! What one reconcile of one App should do, as plain data: the [`decide`](fn@crate::decide)
 //! output an executor performs.
 
 use std::time::Duration;

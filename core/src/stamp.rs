@@ -14,7 +14,7 @@ use crate::{
 pub const APP_API_VERSION: &str = "wasmop.dev/v1alpha1";
 /// The App's `kind`.
 pub const APP_KIND: &str = "App";
-/// The annotation holding the digest of the object as last applied (see [`applied_digest`]).
+/// The annotation holding the digest of the object as last applied (see [`mark_applied`]).
 pub const APPLIED_ANNOTATION: &str = "wasmop.dev/applied";
 
 /// Who an object belongs to: the App's identity, as the host stamps it.

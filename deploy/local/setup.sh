@@ -2,8 +2,8 @@
 # The one installer: everything the README's two commands need, installed if missing, idempotent.
 #
 #   deploy/local/setup.sh                 every part
-#   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, control-plane,
-#                                         cosign, interop, image)
+#   deploy/local/setup.sh rust wasm-tools only these parts (rust, packages, wasm-tools, cargo-deny,
+#                                         control-plane, cosign, interop, image)
 #
 # Parts:
 #   rust           the pinned toolchain's components and the wasm32-wasip2 target. rustup applies
@@ -12,6 +12,8 @@
 #   packages       Debian's docker-registry (the local OCI registry), openssl, curl; Go >= 1.26 is
 #                  the machine's own (Debian's golang-go is too old for these modules).
 #   wasm-tools     the pinned wasm-tools, which checks plugin components, built from crates.io.
+#   cargo-deny     the pinned cargo-deny, which tests/run.sh runs on the dependency graph against
+#                  deny.toml (licenses, bans, sources), built from crates.io.
 #   control-plane  etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok,
 #                  built from the Go module proxy at the versions pinned in deploy/local/tools/.
 #   cosign         sigstore's cosign, which the signature tests sign plugins with, built the same
@@ -42,6 +44,7 @@ TOOLS_ROOT="${WASMOP_TOOLS_ROOT:-$WASMOP_CACHE/tools}"
 K8S_VERSION="v1.36.3"
 WASM_TOOLS_VERSION="1.262.0" # the wit-component/wasmparser generation (0.262) of wit-bindgen 0.63
 WKG_VERSION="0.16.1"
+CARGO_DENY_VERSION="0.20.2" # needs rustc >= 1.88
 WASM_TARGET=wasm32-wasip2
 IMAGE_TARGET=x86_64-unknown-linux-musl
 
@@ -122,6 +125,20 @@ part_wasm_tools() {
   WASM_TOOLS="$bin"
 }
 
+part_cargo_deny() {
+  local bin="$TOOLS_ROOT/bin/cargo-deny"
+  if [[ "$("$bin" --version 2>/dev/null | awk '{print $2}')" != "$CARGO_DENY_VERSION" ]]; then
+    say "building cargo-deny $CARGO_DENY_VERSION from crates.io into $TOOLS_ROOT (minutes cold; log $LOGS/cargo-deny.log)"
+    logged cargo-deny env -u CARGO_TARGET_DIR cargo install --locked --root "$TOOLS_ROOT" \
+      --target-dir "$TOOLS_ROOT/build-cargo-deny" cargo-deny --version "$CARGO_DENY_VERSION" ||
+      fail "cargo-deny: cargo install cargo-deny@$CARGO_DENY_VERSION" "check that crates.io is reachable" "$LOGS/cargo-deny.log"
+    rm -rf "$TOOLS_ROOT/build-cargo-deny"
+    [[ "$("$bin" --version 2>/dev/null | awk '{print $2}')" == "$CARGO_DENY_VERSION" ]] ||
+      fail "cargo-deny" "$bin is not cargo-deny $CARGO_DENY_VERSION after the install" "$LOGS/cargo-deny.log"
+  fi
+  CARGO_DENY="$bin"
+}
+
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 # The directory holding one tool module's binaries, named by a hash of everything that decides
@@ -200,18 +217,19 @@ part_interop() {
 # ---------------------------------------------------------------------------------------------
 
 parts=("$@")
-((${#parts[@]})) || parts=(rust packages wasm-tools control-plane cosign interop image)
+((${#parts[@]})) || parts=(rust packages wasm-tools cargo-deny control-plane cosign interop image)
 t0=$SECONDS
 for part in "${parts[@]}"; do
   case "$part" in
   rust) part_rust ;;
   packages) part_packages ;;
   wasm-tools) part_wasm_tools ;;
+  cargo-deny) part_cargo_deny ;;
   control-plane) part_packages; part_control_plane ;;
   cosign) part_packages; part_cosign ;;
   interop) part_packages; part_interop ;;
   image) part_image ;;
-  *) echo "usage: $0 [rust|packages|wasm-tools|control-plane|cosign|interop|image]..." >&2; exit 2 ;;
+  *) echo "usage: $0 [rust|packages|wasm-tools|cargo-deny|control-plane|cosign|interop|image]..." >&2; exit 2 ;;
   esac
 done
 
@@ -228,4 +246,5 @@ update COSIGN_BIN "${COSIGN_BIN:-}"
 update ORAS_BIN "${ORAS_BIN:-}"
 update HELM_BIN "${HELM_BIN:-}"
 update WKG "${WKG:-}"
+update CARGO_DENY "${CARGO_DENY:-}"
 ((SECONDS - t0 < 10)) || say "setup (${parts[*]}) done in $((SECONDS - t0))s"

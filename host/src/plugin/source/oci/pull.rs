@@ -18,7 +18,7 @@
 //!   host ask its node's metadata service for credentials, or probe the host's network;
 //! - what a registry says reaches errors only as a status code or a short, escaped excerpt, and
 //!   every failure to get an answer at all (refused, timed out, reset, not HTTP) reads the same
-//!   ([`unreachable`]), so an App's status cannot tell a closed port from a filtered or an open
+//!   ([`unreachable()`]), so an App's status cannot tell a closed port from a filtered or an open
 //!   one; the cause is logged at debug level for the admin.
 //!
 //! Pushing (`wasmop plugin push`) is a command a person runs against a registry they chose; it
