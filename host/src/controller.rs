@@ -6,7 +6,7 @@ use std::{future::Future, sync::Arc};
 
 use futures::{Stream, StreamExt, future::BoxFuture};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Client, ResourceExt,
     runtime::{
         Controller, WatchStreamExt,
         controller::Config as ControllerConfig,
@@ -15,7 +15,6 @@ use kube::{
         watcher,
     },
 };
-use serde::de::DeserializeOwned;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::{
@@ -25,6 +24,7 @@ use crate::{
     plugin::source::{OciRules, SourceRef},
     policy::{Resolution, view::PolicyView},
     reconcile::{self, Context},
+    reflect::{api, ready_of, slim},
     watch_backoff::{NoDelay, WatchBackoff},
 };
 
@@ -43,59 +43,6 @@ pub struct Settings {
     pub policies: Arc<PolicyView>,
     /// The reconcile loop's metrics.
     pub metrics: reconcile::execute::ReconcileMetrics,
-}
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-type Reflected<K> = (
-    Store<K>,
-    std::pin::Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>,
-);
-
-/// A reflector over `K` with `selector`: its cache and the stream of its watch events.
-pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + crate::trim::Trim
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let config = watcher::Config::default().labels(selector);
-    let stream = reflector::reflector(
-        writer,
-        watcher(api::<K>(client, namespace), config).modify(|object: &mut K| {
-            slim(object);
-            object.trim();
-        }),
-    )
-    .backoff(WatchBackoff::default())
-    .boxed();
-    (reader, stream)
-}
-
-/// Drops what neither the host nor a plugin reads from a cached object before the cache holds
-/// it: `managedFields` (often the largest part of an object's metadata) and kubectl's
-/// last-applied annotation (a second copy of the object). The host's fetch and the plugin
-/// input leave both out anyway; dropping them at the watch is what keeps them out of memory.
-fn slim<K: ResourceExt>(object: &mut K) {
-    let meta = object.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -309,40 +256,6 @@ fn app_changed(app: &App) -> Option<u64> {
     Some(hasher.finish())
 }
 
-pub(crate) fn ready_of<K>(store: Store<K>) -> BoxFuture<'static, ()>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
-{
-    // kube-runtime's readiness signal wakes only the last task that polled it, and the
-    // controller's runner polls the App store after us; polling again on a timer sidesteps that.
-    Box::pin(async move {
-        while tokio::time::timeout(
-            std::time::Duration::from_millis(100),
-            store.wait_until_ready(),
-        )
-        .await
-        .is_err()
-        {}
-    })
-}
-
-/// The App that controls `object`: its controlling owner reference (`controller: true`), the
-/// one the host sets and the only one it counts as ownership (see `wasmop_core::observed`).
-pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let api_version = App::api_version(&());
-    let owner = object.owner_references().iter().find(|o| {
-        o.controller == Some(true) && o.kind == App::kind(&()) && o.api_version == api_version
-    })?;
-    Some(ObjectRef::new(&owner.name).within(&object.namespace()?))
-}
-
-/// The App named by `object`'s `wasmop.dev/app` label.
-pub(crate) fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let name = object.labels().get(reconcile::fetch::APP_LABEL)?;
-    Some(ObjectRef::new(name).within(&object.namespace()?))
-}
-
 /// Every App whose plugin source changed (swap, load, failure), as reconcile requests.
 fn plugin_changes(
     runtime: &PluginRuntime,
@@ -376,31 +289,38 @@ fn plugin_changes(
 }
 
 /// Every App whose namespace is now governed differently (another policy, changed rules, newly
-/// refused or allowed), after each change of a policy or a namespace's labels. The first tick
-/// after the caches sync requeues every App once.
+/// refused or allowed), or whose ServiceAccount names RBAC bindings now hold differently, after
+/// each change of a policy, a namespace's labels or a binding. The first tick after the caches
+/// sync requeues every App once.
 fn policy_changes(
     policies: Arc<PolicyView>,
     apps: Store<App>,
 ) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
+    type Governed = (Option<Resolution>, Option<crate::reconcile::guard::Bound>);
     let last = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
-        String,
-        Option<Resolution>,
+        ObjectRef<App>,
+        Governed,
     >::new()));
     tokio_stream::wrappers::WatchStream::new(policies.subscribe()).flat_map(move |_| {
         let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
         let mut moved: Vec<ObjectRef<App>> = Vec::new();
-        let mut seen = std::collections::HashMap::new();
+        let mut resolved = std::collections::HashMap::new();
+        let mut now = std::collections::HashMap::new();
         for app in apps.state() {
             let namespace = app.namespace().unwrap_or_default();
-            let now = seen
+            let resolution = resolved
                 .entry(namespace.clone())
                 .or_insert_with(|| policies.resolve(&namespace))
                 .clone();
-            if now.is_some() && last.get(&namespace) != Some(&now) {
-                moved.push(ObjectRef::from_obj(app.as_ref()));
+            let key = ObjectRef::from_obj(app.as_ref());
+            let governed = (resolution, policies.bound(&namespace, &app.name_any()));
+            if governed.0.is_some() && last.get(&key) != Some(&governed) {
+                moved.push(key.clone());
             }
+            now.insert(key, governed);
         }
-        last.extend(seen);
+        // Apps gone are forgotten.
+        *last = now;
         futures::stream::iter(moved)
     })
 }

@@ -73,8 +73,17 @@ fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefin
                     }
                 };
                 map.insert("format".into(), "int64".into());
-                map.insert("minimum".into(), 0.into());
-                if let Some(max) = max {
+                // A bound the field declares itself (`#[schemars(range)]`) stays when it is
+                // tighter than the type's.
+                let bound = |map: &serde_json::Map<String, serde_json::Value>, key: &str| {
+                    map.get(key).and_then(serde_json::Value::as_f64)
+                };
+                if bound(map, "minimum").is_none_or(|min| min < 0.0) {
+                    map.insert("minimum".into(), 0.into());
+                }
+                if let Some(max) = max
+                    && bound(map, "maximum").is_none_or(|declared| declared > max as f64)
+                {
                     map.insert("maximum".into(), max.into());
                 }
             }
@@ -138,6 +147,24 @@ mod tests {
     fn the_crds_use_only_formats_kubernetes_knows() {
         let yaml = crd_yaml().expect("CRDs serialise");
         assert!(!yaml.contains("format: uint"), "{yaml}");
+        // An unsigned field's own range stays; without one, the type's.
+        let policy = crds()
+            .into_iter()
+            .find(|crd| crd.spec.names.kind == "PluginPolicy")
+            .expect("the PluginPolicy CRD");
+        let policy = serde_json::to_value(policy).expect("serialises");
+        let spec = policy
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties")
+            .expect("a spec schema");
+        for field in ["maxClaims", "maxReplicas"] {
+            let bounds = (
+                spec.pointer(&format!("/{field}/minimum"))
+                    .and_then(|v| v.as_f64()),
+                spec.pointer(&format!("/{field}/maximum"))
+                    .and_then(|v| v.as_f64()),
+            );
+            assert_eq!(bounds, (Some(1.0), Some(1024.0)), "{field}");
+        }
     }
 
     /// `deploy/crds/` is what `kubectl apply` installs and `deploy/helm/wasmop/crds/` what

@@ -231,11 +231,33 @@ pub async fn wait_app(
     timeout: Duration,
     ok: impl Fn(&App) -> bool,
 ) -> anyhow::Result<App> {
-    wait_for(&format!("App {name}: {what}"), timeout, || async {
+    let waited = wait_for(&format!("App {name}: {what}"), timeout, || async {
         let app = api.get(name).await?;
         Ok(ok(&app).then_some(app))
     })
-    .await
+    .await;
+    // A timeout says what the App's conditions were, which is what the reader needs first.
+    match waited {
+        Ok(app) => Ok(app),
+        Err(err) => {
+            let conditions = match api.get(name).await {
+                Ok(app) => app
+                    .status
+                    .map(|s| {
+                        s.conditions
+                            .iter()
+                            .map(|c| {
+                                format!("{} {} {}: {}", c.type_, c.status, c.reason, c.message)
+                            })
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    })
+                    .unwrap_or_else(|| "no status".into()),
+                Err(read) => format!("unreadable: {read}"),
+            };
+            Err(err.context(format!("App {name}'s conditions: {conditions}")))
+        }
+    }
 }
 
 pub fn ready_at(generation: i64, version: &'static str) -> impl Fn(&App) -> bool {

@@ -258,6 +258,13 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         ("patch", "apps.wasmop.dev", Some("status"), true),
         ("patch", "pluginpolicies.wasmop.dev", Some("status"), true),
         ("create", "events.events.k8s.io", None, true),
+        ("watch", "rolebindings.rbac.authorization.k8s.io", None, true),
+        (
+            "list",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            None,
+            true,
+        ),
         // Never: CRDs, Secrets, RBAC, pods, other namespaces' objects' owners, the policies.
         (
             "create",
@@ -527,6 +534,18 @@ async fn the_namespaced_install_grants_rights_only_where_it_watches() -> anyhow:
         ("create", "jobs.batch", &watched.name, true),
         ("list", "pluginpolicies.wasmop.dev", &watched.name, true),
         ("list", "namespaces", &watched.name, true),
+        (
+            "list",
+            "rolebindings.rbac.authorization.k8s.io",
+            &other.name,
+            true,
+        ),
+        (
+            "patch",
+            "rolebindings.rbac.authorization.k8s.io",
+            &watched.name,
+            false,
+        ),
         ("create", "statefulsets.apps", &other.name, false),
         ("list", "apps.wasmop.dev", &other.name, false),
         ("list", "configmaps", &other.name, false),

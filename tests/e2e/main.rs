@@ -15,6 +15,7 @@ mod cli;
 mod cluster;
 mod deploy;
 mod faults;
+mod grants;
 mod helm;
 mod host;
 mod interop;

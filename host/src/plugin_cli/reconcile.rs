@@ -25,7 +25,7 @@ pub(super) struct ReconcileOnce<'a> {
     pub(super) policy_name: &'a str,
 }
 
-/// The host's decision for the App, as the host makes it ([`wasmop_core::decide`] with the
+/// The host's decision for the App, as the host makes it ([`wasmop_core::decide()`] with the
 /// host's guard): the objects it would apply (stamped), prune, the backup Job, the status, the
 /// events. The observed objects stand for the cluster: a planned object found there but not
 /// owned by the App is refused as the host refuses it. A decision the host would back off
@@ -106,6 +106,8 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
         app: app_ref.name.clone(),
         namespace: app_ref.namespace.clone(),
         owns: metadata.owns.clone(),
+        // No cluster, so no RBAC bindings: `plugin run` cannot tell which names they hold.
+        bound: guard::Bound::default(),
     };
     let mut calls = CliCalls {
         compiled: run.compiled,

@@ -82,7 +82,8 @@ pub struct PluginPolicySpec {
     /// Where pods may be scheduled beyond the defaults, which hold at every podSecurity level:
     /// no `system-*` PriorityClass, tolerations only of the node-condition taints, no
     /// nodeSelector or node affinity on node-role labels, `kubernetes.io/hostname` or
-    /// `metadata.name`, no runtimeClassName, no schedulerName but `default-scheduler`.
+    /// `metadata.name`, no pod (anti-)affinity to other namespaces' pods, no runtimeClassName,
+    /// no schedulerName but `default-scheduler`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<SchedulingSpec>,
     /// Kinds plans may hold beyond the built-in ones, each only in the App's namespace and
@@ -157,6 +158,15 @@ pub struct PluginPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub max_claims: Option<u32>,
+    /// The most pods one workload may ask for (default 64, at most 1024): `replicas` of a
+    /// Deployment, StatefulSet, ReplicaSet or ReplicationController, `parallelism` of a Job
+    /// and of a CronJob's job template, `minReplicas` and `maxReplicas` of a
+    /// HorizontalPodAutoscaler. A plan over it, or with a value that is not a whole number, is
+    /// refused whole (`PlanRejected`, rule `wasmop/maxReplicas`, naming the object, the field,
+    /// the value and the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_replicas: Option<u32>,
     /// Signatures every OCI plugin must carry: a cosign signature (the `.sig` tag cosign
     /// pushes beside the image) by one of these keys, over the manifest's digest. An unsigned
     /// or otherwise signed version is refused (`SignatureInvalid`) and the last good one stays
@@ -208,6 +218,15 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(min = 1, max = 253)))]
     pub schedulers: Vec<String>,
+    /// Whether pod affinity and anti-affinity terms (required and preferred) may place pods by
+    /// other namespaces' pods, with `namespaces` naming another namespace or any
+    /// `namespaceSelector` (`{}` selects every namespace) (rule `wasmop/podAffinityNamespaces`);
+    /// default false. Such terms tell a tenant where other tenants' pods run; Kubernetes makes
+    /// them a privilege to grant per namespace (the ResourceQuota scope
+    /// CrossNamespacePodAffinity). A term without either, or naming only the pod's own
+    /// namespace, always passes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cross_namespace_affinity: bool,
 }
 
 impl SchedulingSpec {
@@ -219,6 +238,7 @@ impl SchedulingSpec {
             node_labels: self.node_labels.clone(),
             runtime_classes: self.runtime_classes.clone(),
             schedulers: self.schedulers.clone(),
+            cross_namespace_affinity: self.cross_namespace_affinity,
         }
     }
 }
@@ -484,6 +504,9 @@ impl PluginPolicySpec {
             max_claims: self
                 .max_claims
                 .map_or(defaults.max_claims, |max| max.clamp(1, 1024) as usize),
+            max_replicas: self.max_replicas.map_or(defaults.max_replicas, |max| {
+                max.clamp(1, guard::MAX_REPLICAS_CEILING) as usize
+            }),
             oci: OciRules {
                 // A size that does not parse, or is over the ceiling, leaves the default (and
                 // is reported in the policy's status).
@@ -825,7 +848,8 @@ mod tests {
             json!({"namespaces": ["ns"], "scheduling": {
                 "priorityClasses": ["gold"], "tolerations": ["*"],
                 "nodeLabels": ["node-role.kubernetes.io/infra"],
-                "runtimeClasses": ["gvisor"], "schedulers": ["volcano"]}}),
+                "runtimeClasses": ["gvisor"], "schedulers": ["volcano"],
+                "crossNamespaceAffinity": true}}),
         );
         assert_eq!(
             open.spec.rules().scheduling,
@@ -835,6 +859,7 @@ mod tests {
                 node_labels: vec!["node-role.kubernetes.io/infra".into()],
                 runtime_classes: vec!["gvisor".into()],
                 schedulers: vec!["volcano".into()],
+                cross_namespace_affinity: true,
             }
         );
         // The schema bounds the lists and says what each is for (`kubectl explain`).
@@ -940,6 +965,34 @@ mod tests {
         let none = policy("none", json!({"namespaces": ["ns"]})).spec.rules();
         assert!(none.ingress_hosts.is_empty());
         assert_eq!(none.ingress_classes, None);
+    }
+
+    #[test]
+    fn max_replicas_carries_into_the_rules_within_the_ceiling() {
+        let sized = |max: u32| policy("p", json!({"maxReplicas": max})).spec.rules();
+        assert_eq!(policy("p", json!({})).spec.rules().max_replicas, 64);
+        assert_eq!(guard::Policy::default().max_replicas, 64);
+        assert_eq!(sized(200).max_replicas, 200);
+        // Past the schema's bounds (a policy written before them), the nearest bound.
+        assert_eq!(sized(0).max_replicas, 1);
+        assert_eq!(sized(100_000).max_replicas, 1024);
+        let crd = serde_json::to_value(PluginPolicy::crd()).expect("serialises");
+        let field = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/maxReplicas",
+            )
+            .expect("maxReplicas in the schema");
+        let bound = |key: &str| field.pointer(key).and_then(serde_json::Value::as_f64);
+        assert_eq!(
+            (bound("/minimum"), bound("/maximum")),
+            (Some(1.0), Some(1024.0))
+        );
+        let affinity = crd
+            .pointer(
+                "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/scheduling/properties/crossNamespaceAffinity",
+            )
+            .expect("crossNamespaceAffinity in the schema");
+        assert_eq!(affinity.pointer("/type"), Some(&json!("boolean")));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! [`PolicyView::resolve`] says which rules govern a namespace, [`PolicyView::subscribe`] ticks
 //! whenever a policy or a namespace's labels change (the controllers re-reconcile the Apps
 //! whose resolution changed), and [`PolicyView::run`] keeps the caches and every policy's
-//! status up to date.
+//! status up to date. Beside the policies it holds what else bounds a plan from outside the
+//! App: the RBAC bindings that name ServiceAccounts ([`PolicyView::bound`], the guard's
+//! `grants` rule).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -15,7 +17,10 @@ use std::{
 
 use futures::StreamExt;
 use k8s_openapi::{
-    api::core::v1::Namespace,
+    api::{
+        core::v1::Namespace,
+        rbac::v1::{ClusterRoleBinding, RoleBinding},
+    },
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
@@ -36,12 +41,18 @@ use super::{
     PluginPolicy, PluginPolicyStatus, Resolution, STATUS_NAMESPACES, candidates, is_protected,
     resolve, selector,
 };
-use crate::{crd_install::FIELD_MANAGER, watch_backoff::WatchBackoff};
+use crate::{
+    reconcile::guard::{Bound, GRANTS_APP},
+    watch_backoff::WatchBackoff,
+    write::FIELD_MANAGER,
+};
 
 /// Policies and namespace labels, from reflectors.
 pub struct PolicyView {
     policies: Store<PluginPolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    role_bindings: Store<RoleBinding>,
+    cluster_role_bindings: Store<ClusterRoleBinding>,
     host_namespace: Option<String>,
     synced: AtomicBool,
     changes: watch::Sender<u64>,
@@ -53,9 +64,13 @@ impl PolicyView {
     pub fn new(host_namespace: Option<String>) -> (Arc<Self>, Writers) {
         let (policies, policy_writer) = reflector::store();
         let (namespaces, namespace_writer) = reflector::store();
+        let (role_bindings, role_binding_writer) = reflector::store();
+        let (cluster_role_bindings, cluster_role_binding_writer) = reflector::store();
         let view = Arc::new(Self {
             policies,
             namespaces,
+            role_bindings,
+            cluster_role_bindings,
             host_namespace,
             synced: AtomicBool::new(false),
             changes: watch::channel(0).0,
@@ -65,6 +80,8 @@ impl PolicyView {
             Writers {
                 policies: policy_writer,
                 namespaces: namespace_writer,
+                role_bindings: role_binding_writer,
+                cluster_role_bindings: cluster_role_binding_writer,
             },
         )
     }
@@ -85,7 +102,23 @@ impl PolicyView {
         ))
     }
 
-    /// Ticks after every change of a policy or of a namespace's labels.
+    /// The ServiceAccounts of `namespace` that RBAC bindings name, but for those granted to the
+    /// App `app` on purpose; `None` until the caches have synced.
+    pub fn bound(&self, namespace: &str, app: &str) -> Option<Bound> {
+        if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let role_bindings = self.role_bindings.state();
+        let cluster_role_bindings = self.cluster_role_bindings.state();
+        Some(Bound::of(
+            role_bindings.iter().map(Arc::as_ref),
+            cluster_role_bindings.iter().map(Arc::as_ref),
+            namespace,
+            app,
+        ))
+    }
+
+    /// Ticks after every change of a policy, of a namespace's labels or of an RBAC binding.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -116,7 +149,36 @@ impl PolicyView {
         .backoff(WatchBackoff::default())
         .touched_objects()
         .map(|event| event.is_ok());
-        let mut events = std::pin::pin!(futures::stream::select(policies, namespaces));
+        // Every binding of the cluster (one of another namespace may name an account of the
+        // App's), holding only what the rule reads.
+        let role_bindings = reflector::reflector(
+            writers.role_bindings,
+            watcher(
+                Api::<RoleBinding>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .modify(|b: &mut RoleBinding| slim_binding(&mut b.metadata)),
+        )
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .map(|event| event.is_ok());
+        let cluster_role_bindings = reflector::reflector(
+            writers.cluster_role_bindings,
+            watcher(
+                Api::<ClusterRoleBinding>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .modify(|b: &mut ClusterRoleBinding| slim_binding(&mut b.metadata)),
+        )
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .map(|event| event.is_ok());
+        let mut events = std::pin::pin!(futures::stream::select_all([
+            policies.boxed(),
+            namespaces.boxed(),
+            role_bindings.boxed(),
+            cluster_role_bindings.boxed(),
+        ]));
         let status = tokio::spawn(Arc::clone(&self).write_statuses(client));
         while let Some(ok) = events.next().await {
             if !ok {
@@ -133,21 +195,13 @@ impl PolicyView {
     }
 
     fn check_synced(&self) -> bool {
-        use futures::FutureExt;
-        let ready = self
-            .policies
-            .wait_until_ready()
-            .now_or_never()
-            .is_some_and(|r| r.is_ok())
-            && self
-                .namespaces
-                .wait_until_ready()
-                .now_or_never()
-                .is_some_and(|r| r.is_ok());
+        let ready = self.unsynced().is_empty();
         if ready && !self.synced.swap(true, Ordering::AcqRel) {
             tracing::info!(
                 policies = self.policies.state().len(),
                 namespaces = self.namespaces.state().len(),
+                role_bindings = self.role_bindings.state().len(),
+                cluster_role_bindings = self.cluster_role_bindings.state().len(),
                 "policy caches synced"
             );
             self.changed();
@@ -155,13 +209,47 @@ impl PolicyView {
         ready
     }
 
+    /// The caches that have not synced yet, by resource.
+    fn unsynced(&self) -> Vec<&'static str> {
+        use futures::FutureExt;
+        [
+            ("pluginpolicies", self.policies.wait_until_ready().boxed()),
+            ("namespaces", self.namespaces.wait_until_ready().boxed()),
+            (
+                "rolebindings",
+                self.role_bindings.wait_until_ready().boxed(),
+            ),
+            (
+                "clusterrolebindings",
+                self.cluster_role_bindings.wait_until_ready().boxed(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(what, wait)| {
+            wait.now_or_never()
+                .is_none_or(|r| r.is_err())
+                .then_some(what)
+        })
+        .collect()
+    }
+
     /// Writes each policy's status after changes, coalescing bursts.
     async fn write_statuses(self: Arc<Self>, client: Client) {
         let mut changes = self.subscribe();
         let api: Api<PluginPolicy> = Api::all(client);
+        let started = std::time::Instant::now();
+        let mut warned = Duration::ZERO;
         loop {
             if !self.synced.load(Ordering::Acquire) {
-                self.check_synced();
+                if !self.check_synced() && started.elapsed() >= warned + Duration::from_secs(60) {
+                    // Until they sync no App is reconciled: say which, once a minute.
+                    warned = started.elapsed();
+                    tracing::warn!(
+                        caches = ?self.unsynced(),
+                        waited_s = warned.as_secs(),
+                        "policy caches have not synced; no App is reconciled until they have (can the host list and watch them?)"
+                    );
+                }
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -187,7 +275,7 @@ impl PolicyView {
                     "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
                     "status": status,
                 });
-                crate::reconcile::execute::before_write("status", "PluginPolicy");
+                crate::write::before_write("status", "PluginPolicy");
                 if let Err(err) = api
                     .patch_status(
                         &name,
@@ -212,6 +300,18 @@ impl PolicyView {
 pub struct Writers {
     policies: reflector::store::Writer<PluginPolicy>,
     namespaces: reflector::store::Writer<PartialObjectMeta<Namespace>>,
+    role_bindings: reflector::store::Writer<RoleBinding>,
+    cluster_role_bindings: reflector::store::Writer<ClusterRoleBinding>,
+}
+
+/// Keeps of a binding's metadata what [`Bound::of`] reads: its name, namespace and the
+/// [`GRANTS_APP`] annotation.
+fn slim_binding(meta: &mut kube::api::ObjectMeta) {
+    meta.managed_fields = None;
+    meta.labels = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, _| key == GRANTS_APP);
+    }
 }
 
 /// Equal up to condition timestamps, so that an unchanged status is never written again.

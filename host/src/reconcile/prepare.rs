@@ -217,12 +217,17 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
     );
     let input = AppContext::new(app, visible.map(|o| &o.json), snapshot.now.as_millisecond());
     let limits = call_limits(app, &loaded);
+    // Synced with the policies: known whenever the policy is.
+    let Some(bound) = ctx.policies.bound(namespace, &app_ref.name) else {
+        return Prepared::PolicyUnknown;
+    };
     let check = Box::new(guard::AppCheck {
         policy: governing.rules.clone(),
         policy_name: governing.name.clone(),
         app: app_ref.name.clone(),
         namespace: namespace.clone(),
         owns: metadata.owns.clone(),
+        bound,
     });
     #[cfg(feature = "native-plugins")]
     if let Some(calls) = super::native::calls(&loaded, &input) {

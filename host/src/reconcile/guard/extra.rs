@@ -24,8 +24,8 @@
 //! - **NetworkPolicy** (`networking.k8s.io/v1`, [`network_policy`]): nothing to refuse; it
 //!   governs only its own namespace's pods.
 //! - **HorizontalPodAutoscaler** (`autoscaling/v2` and `v1`, [`autoscaler`]): it scales only a
-//!   workload of the same plan (`wasmop/scaleTarget`), to at most [`MAX_AUTOSCALED_REPLICAS`]
-//!   (`wasmop/maxReplicas`).
+//!   workload of the same plan (`wasmop/scaleTarget`), between `minReplicas` and `maxReplicas`
+//!   of at most the policy's `maxReplicas` (`wasmop/maxReplicas`, [`super::replicas`]).
 //!
 //! The guard knows two more sorts of extra kind: the workload kinds (`DaemonSet`, `ReplicaSet`,
 //! `CronJob`, a bare `Pod`, `ReplicationController`), whose pod templates [`super::pods`] checks
@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::{Breach, Policy};
+use super::{Breach, Policy, replicas};
 
 /// What a body check needs to know beyond the object itself.
 #[derive(Debug, Clone, Copy)]
@@ -94,12 +94,6 @@ pub(super) fn is_scalable(api_version: &str, kind: &str) -> bool {
         ("apps/v1", "Deployment" | "StatefulSet" | "ReplicaSet") | ("v1", "ReplicationController")
     )
 }
-
-/// Most replicas an autoscaler may scale a workload to. A planned workload's size is what the
-/// plugin writes on each reconcile; an autoscaler's grows without a plan, on load that whoever
-/// reaches the App can drive, so its ceiling is bounded here (the namespace's ResourceQuota
-/// remains the real bound on what that costs).
-pub const MAX_AUTOSCALED_REPLICAS: i64 = 100;
 
 fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
     Some(Breach {
@@ -764,7 +758,10 @@ fn scrape_target(endpoint: &Value, at: &str) -> Option<Breach> {
 // HorizontalPodAutoscaler
 
 /// An autoscaler scales only a workload its own plan creates (not another App's in the
-/// namespace), to at most [`MAX_AUTOSCALED_REPLICAS`]. Its metrics are read by the cluster's
+/// namespace), to at most the policy's `maxReplicas`: a planned workload's size is what the
+/// plugin writes on each reconcile, an autoscaler's grows without a plan, on load that whoever
+/// reaches the App can drive (the namespace's ResourceQuota remains the real bound on what that
+/// costs). Its metrics are read by the cluster's
 /// metrics adapters with their own rules; an `External` metric may show, in the autoscaler's
 /// status, a value the adapter does not scope to the namespace (the adapter's admin decides).
 fn autoscaler(body: &Body<'_>) -> Option<Breach> {
@@ -787,19 +784,7 @@ fn autoscaler(body: &Body<'_>) -> Option<Breach> {
             ),
         );
     }
-    let max = body.spec.get("maxReplicas").and_then(Value::as_f64);
-    if let Some(max) = max
-        && max > MAX_AUTOSCALED_REPLICAS as f64
-    {
-        return breach(
-            "spec.maxReplicas".into(),
-            "wasmop/maxReplicas",
-            format!(
-                "{max} is over the {MAX_AUTOSCALED_REPLICAS} replicas an autoscaler may ask for"
-            ),
-        );
-    }
-    None
+    replicas::check(body.policy.max_replicas, replicas::AUTOSCALER, body.spec)
 }
 
 #[cfg(test)]
@@ -1440,9 +1425,26 @@ mod tests {
                     &policy,
                     version,
                     kind,
-                    hpa(json!({"kind": "StatefulSet", "name": "db"}), json!(100))
+                    hpa(json!({"kind": "StatefulSet", "name": "db"}), json!(64))
                 ),
                 None
+            );
+            // The bound is the policy's maxReplicas.
+            let wide = Policy {
+                max_replicas: 100,
+                ..Policy::default()
+            };
+            assert_eq!(
+                run(&wide, version, kind, hpa(own.clone(), json!(100))),
+                None
+            );
+            assert!(run(&wide, version, kind, hpa(own.clone(), json!(101))).is_some());
+            let low = json!({"metadata": {"name": "h"}, "spec": {
+                "scaleTargetRef": own, "minReplicas": 1000, "maxReplicas": 10}});
+            let breach = run(&policy, version, kind, low).expect("minReplicas over");
+            assert_eq!(
+                (breach.rule.as_str(), breach.path.as_str()),
+                ("wasmop/maxReplicas", "spec.minReplicas")
             );
             for (target, max, rule, path) in [
                 (
@@ -1471,7 +1473,19 @@ mod tests {
                 ),
                 (
                     own.clone(),
-                    json!(101),
+                    json!(65),
+                    "wasmop/maxReplicas",
+                    "spec.maxReplicas",
+                ),
+                (
+                    own.clone(),
+                    json!("1000"),
+                    "wasmop/maxReplicas",
+                    "spec.maxReplicas",
+                ),
+                (
+                    own.clone(),
+                    json!(10.5),
                     "wasmop/maxReplicas",
                     "spec.maxReplicas",
                 ),

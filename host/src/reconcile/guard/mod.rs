@@ -5,15 +5,18 @@
 //! ([`fields::metadata`]), no Service exposure or claim on existing volumes beyond the policy
 //! ([`fields`]), and every pod template within the policy's Pod Security Standards level and
 //! wasmop's own pod rules ([`pods`]: ServiceAccounts, scheduling, claim volumes, Secrets; a
-//! planned ServiceAccount lends no Secret either, [`secrets`]), and the bodies of the extra kinds the host knows how to
-//! check ([`extra`]). A plan that breaks any rule is rejected whole, with an
+//! planned ServiceAccount lends no Secret either, [`secrets`], and takes no rights an RBAC
+//! binding holds for its name, [`grants`]), and the bodies of the extra kinds the host knows
+//! how to check ([`extra`]). A plan that breaks any rule is rejected whole, with an
 //! error naming the object, the field and the rule. Backup Jobs go through [`check_job`], the
 //! same rules.
 
 mod extra;
 mod fields;
+mod grants;
 mod live;
 mod pods;
+mod replicas;
 mod scheduling;
 mod secrets;
 mod volumes;
@@ -23,9 +26,15 @@ use std::{borrow::Cow, collections::BTreeSet};
 use serde_json::Value;
 use wasmop_core::{Failure, PlanCheck};
 
-pub use self::scheduling::Scheduling;
+pub use self::{
+    grants::{Bound, GRANTS_APP},
+    replicas::{DEFAULT_MAX_REPLICAS, MAX_REPLICAS_CEILING},
+    scheduling::Scheduling,
+};
 
-use super::{fetch::BACKUP_SLOT_LABEL, pod_security::Level};
+use wasmop_core::observed::BACKUP_SLOT_LABEL;
+
+use super::pod_security::Level;
 use crate::plugin::{
     object::PluginObject,
     source::{OciRules, SourceRef, is_dns_subdomain, is_under, repository_of},
@@ -61,6 +70,9 @@ pub struct Policy {
     pub oci: OciRules,
     /// The most PersistentVolumeClaims one App may hold ([`wasmop_core::claims`]).
     pub max_claims: usize,
+    /// The most pods one workload field may ask for: replicas, parallelism, an autoscaler's
+    /// bounds ([`replicas`]).
+    pub max_replicas: usize,
     /// Whether objects an App runs that these rules forbid (applied under a laxer policy) are
     /// deleted, not only reported ([`live`]).
     pub remove_violations: bool,
@@ -124,6 +136,7 @@ impl Default for Policy {
             config_map_sources: true,
             oci: OciRules::default(),
             max_claims: wasmop_core::claims::DEFAULT_MAX_CLAIMS,
+            max_replicas: DEFAULT_MAX_REPLICAS,
             remove_violations: false,
         }
     }
@@ -235,6 +248,8 @@ pub struct AppCheck {
     pub namespace: String,
     /// The plugin's declared `owns` kinds (`apiVersion/Kind`).
     pub owns: Vec<String>,
+    /// The namespace's ServiceAccounts that RBAC bindings name ([`grants`]).
+    pub bound: Bound,
 }
 
 impl PlanCheck for AppCheck {
@@ -246,7 +261,11 @@ impl PlanCheck for AppCheck {
             &self.owns,
             objects,
         )
-        .map(|guarded| guarded.into_iter().map(|g| g.object).collect())
+        .and_then(|guarded| {
+            let objects: Vec<PluginObject> = guarded.into_iter().map(|g| g.object).collect();
+            grants::check(&objects, &self.bound)?;
+            Ok(objects)
+        })
         .map_err(|err| {
             Failure::new(
                 "PlanRejected",
@@ -283,7 +302,11 @@ impl PlanCheck for AppCheck {
         object: &wasmop_core::observed::ObservedObject,
         observed: &[wasmop_core::observed::ObservedObject],
     ) -> Option<String> {
-        live::violation(&self.policy, &self.app, &self.namespace, object, observed)
+        let account = object.api_version == "v1" && object.kind == "ServiceAccount";
+        account
+            .then(|| grants::violation(&object.name, &self.bound))
+            .flatten()
+            .or_else(|| live::violation(&self.policy, &self.app, &self.namespace, object, observed))
             .map(|found| format!("{found}, under {}", self.policy_name))
     }
 
@@ -445,7 +468,11 @@ fn check_body(
         "Service" => fields::service(policy, &spec),
         "PersistentVolumeClaim" => fields::claim(&spec, "spec"),
         _ => None,
-    };
+    }
+    .or_else(|| {
+        let counts = replicas::fields_of(object.api_version(), object.kind());
+        replicas::check(policy.max_replicas, counts, &spec)
+    });
     if let Some(breach) = found {
         return Err(breach);
     }
@@ -491,7 +518,9 @@ fn check_body(
         {
             return Err(breach);
         }
-        if let Some(breach) = pods::check(policy, &template, at, host_labels, owned) {
+        if let Some(breach) =
+            pods::check(policy, &template, at, scope.namespace, host_labels, owned)
+        {
             return Err(breach);
         }
     }
@@ -531,7 +560,8 @@ pub fn check_job(
         ));
     }
     let host_labels = [(fields::APP_LABEL, app), (BACKUP_SLOT_LABEL, slot)];
-    // A Job is none of the kinds `extra` checks, so what it would read is left empty.
+    // A Job is none of the kinds `extra` checks, so what it would read is left empty; without
+    // the namespace, its pods' affinity terms may name none (`scheduling`).
     let scope = extra::Scope {
         namespace: "",
         scalable: &BTreeSet::new(),
@@ -1508,6 +1538,225 @@ mod tests {
         );
     }
 
+    /// Issue 38 ("Trust III"), the two gaps left: pod (anti-)affinity to other namespaces' pods
+    /// and unbounded replicas, each refused through the plan with object, field and rule (and
+    /// the value and bound), and each relaxed by the policy alone.
+    #[test]
+    fn issue_38_cross_namespace_affinity_and_replicas_are_bounded_by_the_policy() {
+        let extra = with_extra(&[
+            ("apps", "v1", "ReplicaSet", "replicasets"),
+            ("", "v1", "ReplicationController", "replicationcontrollers"),
+            ("batch", "v1", "CronJob", "cronjobs"),
+            (
+                "autoscaling",
+                "v2",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+            ),
+        ]);
+        let owns: Vec<String> = extra
+            .kinds()
+            .map(|k| format!("{}/{}", k.api_version(), k.kind))
+            .collect();
+        let template =
+            || json!({"metadata": {"labels": {"app": "evil"}}, "spec": deployment_spec()});
+        // A workload whose spec is `spec` with a good pod template where the kind has one.
+        let workload = |api_version: &str, kind: &str, spec: Value| {
+            let mut spec = spec;
+            match kind {
+                "CronJob" => {
+                    spec["schedule"] = json!("* * * * *");
+                    spec["jobTemplate"]["spec"]["template"] = template();
+                }
+                "HorizontalPodAutoscaler" => {}
+                _ => spec["template"] = template(),
+            }
+            obj(
+                json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "evil"},
+                "spec": spec}),
+            )
+        };
+        let affinity =
+            |affinity: Value| deployment("evil", move |t| t["spec"]["affinity"] = affinity.clone());
+        let web = deployment("web", |_| {});
+        let hpa = |min: Value, max: Value| {
+            workload(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                json!({
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "minReplicas": min, "maxReplicas": max}),
+            )
+        };
+        let term = "spec.template.spec.affinity";
+        // (object, rule, the refusal's start, whether a policy with maxReplicas 1000 and
+        // crossNamespaceAffinity lets it through)
+        let cases: Vec<(PluginObject, &str, String, bool)> = vec![
+            (
+                workload("apps/v1", "Deployment", json!({"replicas": 100_000})),
+                "wasmop/maxReplicas",
+                "Deployment/evil: spec.replicas: 100000 is over the policy's maxReplicas (64)"
+                    .into(),
+                false,
+            ),
+            (
+                workload("apps/v1", "StatefulSet", json!({"replicas": 65})),
+                "wasmop/maxReplicas",
+                "StatefulSet/evil: spec.replicas: 65 is over the policy's maxReplicas (64)".into(),
+                true,
+            ),
+            (
+                workload("apps/v1", "StatefulSet", json!({"replicas": 1e3})),
+                "wasmop/maxReplicas",
+                "StatefulSet/evil: spec.replicas: 1000.0 is over".into(),
+                true,
+            ),
+            (
+                workload("apps/v1", "Deployment", json!({"replicas": "100000"})),
+                "wasmop/maxReplicas",
+                "Deployment/evil: spec.replicas: \"100000\" is not a number".into(),
+                false,
+            ),
+            (
+                workload("apps/v1", "Deployment", json!({"replicas": 2.5})),
+                "wasmop/maxReplicas",
+                "Deployment/evil: spec.replicas: 2.5 is not a count of pods".into(),
+                false,
+            ),
+            (
+                workload("apps/v1", "ReplicaSet", json!({"replicas": 500})),
+                "wasmop/maxReplicas",
+                "ReplicaSet/evil: spec.replicas: 500 is over".into(),
+                true,
+            ),
+            (
+                workload("v1", "ReplicationController", json!({"replicas": 500})),
+                "wasmop/maxReplicas",
+                "ReplicationController/evil: spec.replicas: 500 is over".into(),
+                true,
+            ),
+            (
+                workload(
+                    "batch/v1",
+                    "Job",
+                    json!({"parallelism": 1000, "completions": 1000}),
+                ),
+                "wasmop/maxReplicas",
+                "Job/evil: spec.parallelism: 1000 is over".into(),
+                true,
+            ),
+            (
+                workload(
+                    "batch/v1",
+                    "CronJob",
+                    json!({"jobTemplate": {"spec": {"parallelism": 1000}}}),
+                ),
+                "wasmop/maxReplicas",
+                "CronJob/evil: spec.jobTemplate.spec.parallelism: 1000 is over".into(),
+                true,
+            ),
+            (
+                hpa(json!(1), json!(1000)),
+                "wasmop/maxReplicas",
+                "HorizontalPodAutoscaler/evil: spec.maxReplicas: 1000 is over".into(),
+                true,
+            ),
+            (
+                affinity(
+                    json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}},
+                     "namespaces": ["ns", "team-b"]}]}}),
+                ),
+                "wasmop/podAffinityNamespaces",
+                format!(
+                    "Deployment/evil: {term}.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[1]: \"team-b\" is not the pod's own namespace \"ns\""
+                ),
+                true,
+            ),
+            (
+                affinity(
+                    json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                     "namespaceSelector": {}}}]}}),
+                ),
+                "wasmop/podAffinityNamespaces",
+                format!(
+                    "Deployment/evil: {term}.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector: "
+                ),
+                true,
+            ),
+        ];
+        let open = Policy {
+            max_replicas: 1000,
+            scheduling: Scheduling {
+                cross_namespace_affinity: true,
+                ..Scheduling::default()
+            },
+            ..extra.clone()
+        };
+        let mut wrong = Vec::new();
+        for (object, rule, start, relaxed) in cases {
+            let plan = vec![web.clone(), object];
+            match check(&extra, "kv", "ns", &owns, plan.clone()) {
+                Ok(_) => wrong.push(format!("{start}: accepted")),
+                Err(err) => {
+                    let text = err.to_string();
+                    if err.rule != rule || !text.starts_with(&format!("plan rejected: {start}")) {
+                        wrong.push(format!("{start}: wrong refusal {} {text}", err.rule));
+                    }
+                }
+            }
+            if check(&open, "kv", "ns", &owns, plan).is_ok() != relaxed {
+                wrong.push(format!(
+                    "{start}: the open policy does not decide as it should"
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+        // Up to the bound, and same-namespace affinity, pass by default.
+        let fine = vec![
+            web.clone(),
+            workload("apps/v1", "StatefulSet", json!({"replicas": 64})),
+            workload(
+                "batch/v1",
+                "Job",
+                json!({"parallelism": 64, "completions": 100_000}),
+            ),
+            hpa(json!(2), json!(64)),
+            affinity(
+                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaces": ["ns"]},
+                {"topologyKey": "topology.kubernetes.io/zone", "namespaces": [], "namespaceSelector": null}]}}),
+            ),
+        ];
+        // (Distinct names: the StatefulSet, Job and affinity Deployment are all `evil` of
+        // different kinds, which a plan may hold.)
+        check(&extra, "kv", "ns", &owns, fine).expect("within the defaults");
+
+        // Backup Jobs get both rules; their check does not know the namespace, so a term may
+        // name none.
+        let none = BTreeSet::new();
+        let job = |spec: Value| workload("batch/v1", "Job", spec);
+        let err = check_job(
+            &Policy::default(),
+            "kv",
+            "s1",
+            &job(json!({"parallelism": 65})),
+            &none,
+            &none,
+        )
+        .expect_err("parallelism");
+        assert_eq!(err.rule, "wasmop/maxReplicas", "{err}");
+        let mut named = job(json!({})).to_value();
+        named["spec"]["template"]["spec"]["affinity"] = json!({"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaces": ["ns"]}]}});
+        let err = check_job(&Policy::default(), "kv", "s1", &obj(named), &none, &none)
+            .expect_err("namespaces");
+        assert_eq!(err.rule, "wasmop/podAffinityNamespaces", "{err}");
+    }
+
     /// The pod spec of [`deployment`]'s template.
     fn deployment_spec() -> Value {
         let object = deployment("x", |_| {}).to_value();
@@ -1627,6 +1876,8 @@ mod tests {
                 json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]);
             t["spec"]["runtimeClassName"] = json!("kata");
             t["spec"]["schedulerName"] = json!("volcano");
+            t["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}]}});
         });
         check(&Policy::default(), "kv", "ns", &all(), vec![pinned.clone()])
             .expect_err("by default");
@@ -1637,6 +1888,7 @@ mod tests {
                 node_labels: vec!["node-role.kubernetes.io/control-plane".into()],
                 runtime_classes: vec!["kata".into()],
                 schedulers: vec!["volcano".into()],
+                cross_namespace_affinity: true,
             },
             ..Policy::default()
         };

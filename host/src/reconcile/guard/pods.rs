@@ -7,8 +7,8 @@
 //!   ServiceAccount in the namespace, the host's included;
 //! - no `nodeName`, which bypasses the scheduler (and so admission that happens there);
 //! - scheduling within the policy's bounds: no system priority, no tolerations but of node
-//!   conditions, no node selection by role or name, only listed runtime classes and schedulers
-//!   ([`scheduling`]);
+//!   conditions, no node selection by role or name, no pod (anti-)affinity to other
+//!   namespaces' pods, only listed runtime classes and schedulers ([`scheduling`]);
 //! - volumes that are claims reach only claims the App creates, as a planned claim may not
 //!   bind or clone another's: an ephemeral volume's claim template gets a planned claim's
 //!   rules, and a `persistentVolumeClaim` volume names a claim of the same plan (or of its
@@ -27,13 +27,14 @@ use serde_json::Value;
 use super::{Breach, Owned, Policy, scheduling, secrets, volumes};
 use crate::reconcile::pod_security;
 
-/// Checks the pod template at `at` (like `spec.template`) of an object; the first breach.
-/// `host_labels` are the `wasmop.dev/*` labels its ephemeral claims may carry, `owned` what its
-/// App creates.
+/// Checks the pod template at `at` (like `spec.template`) of an object in `namespace` (empty
+/// when not known); the first breach. `host_labels` are the `wasmop.dev/*` labels its ephemeral
+/// claims may carry, `owned` what its App creates.
 pub(super) fn check(
     policy: &Policy,
     template: &Value,
     at: &str,
+    namespace: &str,
     host_labels: &[(&str, &str)],
     owned: &Owned,
 ) -> Option<Breach> {
@@ -62,7 +63,7 @@ pub(super) fn check(
     let at = join(at, "spec");
     service_account(spec, &at, &owned.accounts)
         .or_else(|| node_name(spec, &at))
-        .or_else(|| scheduling::check(&policy.scheduling, spec, &at))
+        .or_else(|| scheduling::check(&policy.scheduling, spec, &at, namespace))
         .or_else(|| volumes::check(spec, &at, host_labels, owned))
         .or_else(|| {
             (!policy.allow_secrets)
@@ -212,6 +213,7 @@ mod tests {
             policy,
             template,
             "spec.template",
+            "ns",
             &[(super::super::fields::APP_LABEL, "kv")],
             &owned,
         )

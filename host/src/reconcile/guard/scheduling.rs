@@ -19,8 +19,20 @@
 //!   `nodeLabels`. They pin pods to control-plane or named nodes, which is what `nodeName` does
 //!   (refused in [`super::pods`]). Upstream: the `PodNodeSelector` admission plugin (a
 //!   namespace's node selector whitelist). `operator: DoesNotExist` only keeps pods off such
-//!   nodes and is allowed; pod (anti-)affinity and `topologySpreadConstraints` spread pods by
-//!   topology keys without choosing nodes, and are not checked.
+//!   nodes and is allowed. `topologySpreadConstraints` and same-namespace pod (anti-)affinity
+//!   spread pods by topology keys without choosing nodes, and are not checked.
+//! - `affinity.podAffinity` and `podAntiAffinity` (required and preferred terms): no term that
+//!   reaches past the pod's own namespace, by `namespaces` naming any other or by a
+//!   `namespaceSelector` (`{}` selects every namespace), unless the policy's
+//!   `crossNamespaceAffinity` allows it. Placing pods beside, or away from, other namespaces'
+//!   pods tells a tenant where those pods run (and, by the pods it is kept from, which ones
+//!   exist), and lets it crowd or follow them. Upstream treats it as a privilege to grant per
+//!   namespace: the ResourceQuota scope `CrossNamespacePodAffinity` (KEP-2249, which added
+//!   `namespaceSelector`; Kubernetes docs "Resource Quotas: Cross-namespace Pod Affinity
+//!   Quota") lets an admin refuse such pods with a quota of zero pods in that scope. Upstream
+//!   counts every term with a non-empty `namespaces` or any `namespaceSelector` as
+//!   cross-namespace (`pkg/quota/v1/evaluator/core/pods.go`); here a `namespaces` list of the
+//!   pod's own namespace alone, which means what an empty one does, passes too.
 //! - `runtimeClassName`: only a class the policy lists (`runtimeClasses`). A runtime handler is
 //!   node-level configuration the admin chooses (RuntimeClass), and a handler may run pods with
 //!   less isolation than the default one.
@@ -88,15 +100,20 @@ pub struct Scheduling {
     pub runtime_classes: Vec<String>,
     /// Schedulers pods may name beyond `default-scheduler`.
     pub schedulers: Vec<String>,
+    /// Whether pod (anti-)affinity terms may reach other namespaces' pods (`namespaces`,
+    /// `namespaceSelector`).
+    pub cross_namespace_affinity: bool,
 }
 
-/// Checks the scheduling fields of the pod `spec` at `at` (like `spec.template.spec`); the first
-/// breach.
-pub(super) fn check(rules: &Scheduling, spec: &Value, at: &str) -> Option<Breach> {
+/// Checks the scheduling fields of the pod `spec` at `at` (like `spec.template.spec`) of a pod
+/// in `namespace` (empty when the caller does not know it: then no term may name a namespace);
+/// the first breach.
+pub(super) fn check(rules: &Scheduling, spec: &Value, at: &str, namespace: &str) -> Option<Breach> {
     priority_class(rules, spec, at)
         .and_then(|()| tolerations(rules, spec, at))
         .and_then(|()| node_selector(rules, spec, at))
         .and_then(|()| node_affinity(rules, spec, at))
+        .and_then(|()| pod_affinity(rules, spec, at, namespace))
         .and_then(|()| runtime_class(rules, spec, at))
         .and_then(|()| scheduler(rules, spec, at))
         .err()
@@ -358,6 +375,96 @@ fn node_affinity(rules: &Scheduling, spec: &Value, at: &str) -> Checked {
     Ok(())
 }
 
+fn pod_affinity(rules: &Scheduling, spec: &Value, at: &str, namespace: &str) -> Checked {
+    const RULE: &str = "wasmop/podAffinityNamespaces";
+    if rules.cross_namespace_affinity {
+        return Ok(());
+    }
+    let affinity_at = format!("{at}.affinity");
+    let Some(affinity) = object(spec.get("affinity"), &|| affinity_at.clone(), RULE)? else {
+        return Ok(());
+    };
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let kind_at = format!("{affinity_at}.{kind}");
+        let Some(terms) = object(affinity.get(kind), &|| kind_at.clone(), RULE)? else {
+            continue;
+        };
+        let required_at = format!("{kind_at}.requiredDuringSchedulingIgnoredDuringExecution");
+        let required = list(
+            terms.get("requiredDuringSchedulingIgnoredDuringExecution"),
+            &|| required_at.clone(),
+            RULE,
+        )?;
+        for (i, term) in required.iter().enumerate() {
+            affinity_term(Some(term), &format!("{required_at}[{i}]"), namespace)?;
+        }
+        let preferred_at = format!("{kind_at}.preferredDuringSchedulingIgnoredDuringExecution");
+        let preferred = list(
+            terms.get("preferredDuringSchedulingIgnoredDuringExecution"),
+            &|| preferred_at.clone(),
+            RULE,
+        )?;
+        for (i, weighted) in preferred.iter().enumerate() {
+            let weighted_at = format!("{preferred_at}[{i}]");
+            if let Some(weighted) = object(Some(weighted), &|| weighted_at.clone(), RULE)? {
+                affinity_term(
+                    weighted.get("podAffinityTerm"),
+                    &format!("{weighted_at}.podAffinityTerm"),
+                    namespace,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One pod affinity term at `at` of a pod in `namespace`: its namespaces are the pod's own only.
+fn affinity_term(term: Option<&Value>, at: &str, namespace: &str) -> Checked {
+    const RULE: &str = "wasmop/podAffinityNamespaces";
+    const RELAX: &str = "a policy may allow it with scheduling.crossNamespaceAffinity";
+    let Some(term) = object(term, &|| at.to_string(), RULE)? else {
+        return Ok(());
+    };
+    // Any selector, the empty one (every namespace) included; only `null` means none.
+    if term.get("namespaceSelector").is_some_and(|s| !s.is_null()) {
+        return refuse(
+            format!("{at}.namespaceSelector"),
+            RULE,
+            format!(
+                "a namespaceSelector ({{}} selects every namespace) places pods by other \
+                 namespaces' pods, which tells where other tenants' pods run; a pod's \
+                 (anti-)affinity reaches its own namespace's pods only ({RELAX})"
+            ),
+        );
+    }
+    let namespaces_at = format!("{at}.namespaces");
+    let namespaces = list(term.get("namespaces"), &|| namespaces_at.clone(), RULE)?;
+    for (i, name) in namespaces.iter().enumerate() {
+        let name_at = || format!("{namespaces_at}[{i}]");
+        match string(Some(name), &name_at, RULE)? {
+            Some(name) if !namespace.is_empty() && name == namespace => {}
+            // An empty name is the API server's to reject; refused here all the same.
+            shown => {
+                let shown = shown.unwrap_or_default();
+                let what = if namespace.is_empty() {
+                    format!("{shown:?} is named where the pod's own namespace is not known")
+                } else {
+                    format!("{shown:?} is not the pod's own namespace {namespace:?}")
+                };
+                return refuse(
+                    name_at(),
+                    RULE,
+                    format!(
+                        "{what}: placing pods by other namespaces' pods tells where other \
+                         tenants' pods run; leave namespaces empty for the pod's own ({RELAX})"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn runtime_class(rules: &Scheduling, spec: &Value, at: &str) -> Checked {
     const RULE: &str = "wasmop/runtimeClass";
     let path = || format!("{at}.runtimeClassName");
@@ -402,6 +509,8 @@ mod tests {
     use super::*;
 
     const AT: &str = "spec.template.spec";
+    /// The pod's own namespace.
+    const NS: &str = "team-a";
 
     fn strings(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_string()).collect()
@@ -415,6 +524,7 @@ mod tests {
             node_labels: strings(names),
             runtime_classes: strings(names),
             schedulers: strings(names),
+            cross_namespace_affinity: false,
         }
     }
 
@@ -561,7 +671,7 @@ mod tests {
             ),
         ];
         for (spec, path, rule) in cases {
-            let breach = check(&rules, &spec, AT).unwrap_or_else(|| panic!("{spec} passed"));
+            let breach = check(&rules, &spec, AT, NS).unwrap_or_else(|| panic!("{spec} passed"));
             assert_eq!(
                 (breach.path.as_str(), breach.rule.as_str()),
                 (path.as_str(), rule),
@@ -596,7 +706,7 @@ mod tests {
                 "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                     {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}),
         ] {
-            assert_eq!(check(&rules, &spec, AT), None, "{spec}");
+            assert_eq!(check(&rules, &spec, AT, NS), None, "{spec}");
         }
     }
 
@@ -635,14 +745,20 @@ mod tests {
             (json!({"schedulerName": "volcano"}), &["volcano"]),
         ];
         for (spec, names) in cases {
-            assert!(check(&Scheduling::default(), &spec, AT).is_some(), "{spec}");
+            assert!(
+                check(&Scheduling::default(), &spec, AT, NS).is_some(),
+                "{spec}"
+            );
             assert_eq!(
-                check(&listing(names), &spec, AT),
+                check(&listing(names), &spec, AT, NS),
                 None,
                 "{spec} under {names:?}"
             );
             // Another name does not do.
-            assert!(check(&listing(&["other"]), &spec, AT).is_some(), "{spec}");
+            assert!(
+                check(&listing(&["other"]), &spec, AT, NS).is_some(),
+                "{spec}"
+            );
         }
     }
 
@@ -650,19 +766,224 @@ mod tests {
     fn listed_priority_classes_are_the_only_ones() {
         let rules = listing(&["gold"]);
         assert_eq!(
-            check(&rules, &json!({"priorityClassName": "gold"}), AT),
+            check(&rules, &json!({"priorityClassName": "gold"}), AT, NS),
             None
         );
-        assert_eq!(check(&rules, &json!({}), AT), None, "the global default");
+        assert_eq!(
+            check(&rules, &json!({}), AT, NS),
+            None,
+            "the global default"
+        );
         let breach =
-            check(&rules, &json!({"priorityClassName": "silver"}), AT).expect("not listed");
+            check(&rules, &json!({"priorityClassName": "silver"}), AT, NS).expect("not listed");
         assert_eq!(breach.rule, "wasmop/priorityClass");
         assert!(breach.reason.contains("(gold)"), "{}", breach.reason);
         let none = Scheduling {
             priority_classes: Some(Vec::new()),
             ..Scheduling::default()
         };
-        let breach = check(&none, &json!({"priorityClassName": "high"}), AT).expect("empty list");
+        let breach =
+            check(&none, &json!({"priorityClassName": "high"}), AT, NS).expect("empty list");
         assert!(breach.reason.contains("(none)"), "{}", breach.reason);
+    }
+
+    /// A pod spec with `term` as the first term of `kind` (`podAffinity` or `podAntiAffinity`),
+    /// required (`preferred` false) or preferred (weighted).
+    fn pod_term(kind: &str, preferred: bool, term: Value) -> Value {
+        if preferred {
+            json!({"affinity": {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}]}}})
+        } else {
+            json!({"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        }
+    }
+
+    /// Where the first term of `kind` is, as [`pod_term`] writes it.
+    fn term_at(kind: &str, preferred: bool) -> String {
+        if preferred {
+            format!(
+                "{AT}.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm"
+            )
+        } else {
+            format!("{AT}.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[0]")
+        }
+    }
+
+    /// Issue 38: a pod (anti-)affinity term that reaches other namespaces' pods, in every place
+    /// a term can be, is refused by default with its field; the policy's
+    /// `crossNamespaceAffinity` lets each through.
+    #[test]
+    fn pod_affinity_reaches_only_the_pods_own_namespace() {
+        let selects = json!({"matchLabels": {"app": "db"}});
+        let host = "kubernetes.io/hostname";
+        // (term, the field refused under it)
+        let refused: Vec<(Value, &str)> = vec![
+            (
+                json!({"labelSelector": selects, "topologyKey": host, "namespaces": ["team-b"]}),
+                ".namespaces[0]",
+            ),
+            // The own namespace beside another does not hide it.
+            (
+                json!({"labelSelector": selects, "topologyKey": host,
+                    "namespaces": [NS, "kube-system"]}),
+                ".namespaces[1]",
+            ),
+            // `{}` selects every namespace.
+            (
+                json!({"labelSelector": selects, "topologyKey": host, "namespaceSelector": {}}),
+                ".namespaceSelector",
+            ),
+            (
+                json!({"labelSelector": selects, "topologyKey": host,
+                    "namespaceSelector": {"matchLabels": {"team": "b"}}}),
+                ".namespaceSelector",
+            ),
+            // With the own namespace listed, the selector still adds the others.
+            (
+                json!({"topologyKey": host, "namespaces": [NS],
+                    "namespaceSelector": {"matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "Exists"}]}}),
+                ".namespaceSelector",
+            ),
+            // What the guard cannot read is not let through.
+            (
+                json!({"topologyKey": host, "namespaces": "team-b"}),
+                ".namespaces",
+            ),
+            (
+                json!({"topologyKey": host, "namespaces": [7]}),
+                ".namespaces[0]",
+            ),
+            (
+                json!({"topologyKey": host, "namespaces": [""]}),
+                ".namespaces[0]",
+            ),
+            (json!("anywhere"), ""),
+        ];
+        let open = Scheduling {
+            cross_namespace_affinity: true,
+            ..Scheduling::default()
+        };
+        for kind in ["podAffinity", "podAntiAffinity"] {
+            for preferred in [false, true] {
+                for (term, field) in &refused {
+                    let spec = pod_term(kind, preferred, term.clone());
+                    let breach = check(&Scheduling::default(), &spec, AT, NS)
+                        .unwrap_or_else(|| panic!("{spec} passed"));
+                    assert_eq!(
+                        (breach.path.as_str(), breach.rule.as_str()),
+                        (
+                            format!("{}{field}", term_at(kind, preferred)).as_str(),
+                            "wasmop/podAffinityNamespaces"
+                        ),
+                        "{spec}: {}",
+                        breach.reason
+                    );
+                    // A refusal says how a policy relaxes it, unless the value was unreadable.
+                    let unreadable = ["is not a list", "is not a string", "is not an object"]
+                        .iter()
+                        .any(|end| breach.reason.ends_with(end));
+                    assert!(
+                        unreadable || breach.reason.contains("scheduling.crossNamespaceAffinity"),
+                        "{}",
+                        breach.reason
+                    );
+                    assert_eq!(check(&open, &spec, AT, NS), None, "{spec} under the policy");
+                    // Every other list allowing everything does not relax this rule.
+                    assert!(check(&listing(&["*"]), &spec, AT, NS).is_some(), "{spec}");
+                }
+            }
+        }
+        let breach = check(
+            &Scheduling::default(),
+            &pod_term("podAffinity", false, refused[0].0.clone()),
+            AT,
+            NS,
+        )
+        .expect("another namespace");
+        assert!(
+            breach
+                .reason
+                .starts_with("\"team-b\" is not the pod's own namespace \"team-a\""),
+            "{}",
+            breach.reason
+        );
+        // Malformed blocks around the terms are refused too.
+        for (spec, path) in [
+            (
+                json!({"affinity": {"podAffinity": ["x"]}}),
+                format!("{AT}.affinity.podAffinity"),
+            ),
+            (
+                json!({"affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"namespaces": ["b"]}}}}),
+                format!(
+                    "{AT}.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                ),
+            ),
+            (
+                json!({"affinity": {"podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": ["x"]}}}),
+                format!(
+                    "{AT}.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+                ),
+            ),
+        ] {
+            let breach =
+                check(&Scheduling::default(), &spec, AT, NS).unwrap_or_else(|| panic!("{spec}"));
+            assert_eq!(breach.path, path, "{spec}");
+        }
+    }
+
+    #[test]
+    fn same_namespace_pod_affinity_passes() {
+        let host = "kubernetes.io/hostname";
+        for term in [
+            json!({"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": host}),
+            json!({"topologyKey": host, "namespaces": []}),
+            json!({"topologyKey": host, "namespaces": null, "namespaceSelector": null}),
+            json!({"topologyKey": host, "namespaces": [NS]}),
+            json!({"topologyKey": host, "namespaces": [NS, NS]}),
+            json!({"topologyKey": "topology.kubernetes.io/zone", "matchLabelKeys": ["pod-template-hash"]}),
+            json!(null),
+        ] {
+            for kind in ["podAffinity", "podAntiAffinity"] {
+                for preferred in [false, true] {
+                    let spec = pod_term(kind, preferred, term.clone());
+                    assert_eq!(check(&Scheduling::default(), &spec, AT, NS), None, "{spec}");
+                }
+            }
+        }
+        for spec in [
+            json!({"affinity": {"podAffinity": null, "podAntiAffinity": {}}}),
+            json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1}]}}}),
+        ] {
+            assert_eq!(check(&Scheduling::default(), &spec, AT, NS), None, "{spec}");
+        }
+    }
+
+    #[test]
+    fn without_the_pods_namespace_no_term_may_name_one() {
+        // A backup Job's check does not know its namespace: naming any is refused.
+        let spec = pod_term(
+            "podAntiAffinity",
+            false,
+            json!({"topologyKey": "kubernetes.io/hostname", "namespaces": [NS]}),
+        );
+        let breach = check(&Scheduling::default(), &spec, AT, "").expect("refused");
+        assert!(
+            breach
+                .reason
+                .contains("where the pod's own namespace is not known"),
+            "{}",
+            breach.reason
+        );
+        let empty = pod_term(
+            "podAntiAffinity",
+            false,
+            json!({"topologyKey": "kubernetes.io/hostname"}),
+        );
+        assert_eq!(check(&Scheduling::default(), &empty, AT, ""), None);
     }
 }

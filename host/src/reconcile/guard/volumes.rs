@@ -489,6 +489,7 @@ mod tests {
                             &policy,
                             &template(volume.clone(), None),
                             "spec.template",
+                            "ns",
                             HOST,
                             &owned(),
                         );
@@ -534,6 +535,7 @@ mod tests {
                     &policy,
                     &template(volume.clone(), account),
                     "spec.template",
+                    "ns",
                     HOST,
                     &owned(),
                 );

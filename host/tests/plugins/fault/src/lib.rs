@@ -67,6 +67,7 @@ impl metadata::Guest for Fault {
                 ("batch/v1", "Job"),
                 ("v1", "Service"),
                 ("v1", "PersistentVolumeClaim"),
+                ("v1", "ServiceAccount"),
                 ("apps/v1", "StatefulSet"),
                 // Not built-in kinds: planned only where a PluginPolicy adds them.
                 ("networking.k8s.io/v1", "NetworkPolicy"),
@@ -199,6 +200,15 @@ impl spec_diff::Guest for Fault {
                         "volumeClaimTemplates": [{"metadata": {"name": "data-billing"},
                             "spec": {"accessModes": ["ReadWriteOnce"],
                                 "resources": {"requests": {"storage": "1Mi"}}}}]},
+                })
+                .to_string(),
+            ],
+            // A ServiceAccount whose name an RBAC binding may already hold (`ci-deployer`).
+            "account" => vec![
+                object("fine".into()),
+                serde_json::json!({
+                    "apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "ci-deployer"},
                 })
                 .to_string(),
             ],
