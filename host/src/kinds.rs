@@ -24,11 +24,11 @@ use kube::{
 
 use crate::{
     app::App,
-    controller::{app_of, owner_of, ready_of, reflect},
     reconcile::{
         fetch::{ObservedObject, collect},
         guard::Kind,
     },
+    reflect::{app_of, owner_of, ready_of, reflect},
 };
 
 /// How the host watches a kind, and what a change to one of its objects reconciles.
@@ -249,7 +249,7 @@ mod tests {
     #[test]
     fn a_relisting_names_the_listed_and_the_vanished_at_its_end() {
         use kube::runtime::watcher::Event;
-        let mut t = Triggering::new(|p: &Pod| crate::controller::app_of(p));
+        let mut t = Triggering::new(|p: &Pod| crate::reflect::app_of(p));
         let nothing = Vec::new;
         assert!(t.on(Event::Init, nothing).is_empty());
         assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
@@ -289,13 +289,13 @@ mod tests {
             reference("decoy2", Some(false)),
             reference("real", Some(true)),
         ]);
-        let owner = crate::controller::owner_of(&cm).expect("an owner");
+        let owner = crate::reflect::owner_of(&cm).expect("an owner");
         assert_eq!(
             (owner.name.as_str(), owner.namespace.as_deref()),
             ("real", Some("ns"))
         );
         cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
-        assert!(crate::controller::owner_of(&cm).is_none());
+        assert!(crate::reflect::owner_of(&cm).is_none());
     }
 
     fn key(kind: &Kind) -> (String, String, String, String) {

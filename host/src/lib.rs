@@ -16,6 +16,7 @@ pub mod plugin;
 pub mod plugin_cli;
 pub mod policy;
 pub mod probes;
+pub mod reflect;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;

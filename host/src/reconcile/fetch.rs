@@ -11,8 +11,6 @@ pub use wasmop_core::observed::{
     APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
 };
 
-pub use crate::kinds::Stores;
-
 pub(crate) fn collect<K>(
     out: &mut Vec<ObservedObject>,
     store: &Store<K>,

@@ -34,10 +34,10 @@ use kube::{
     },
 };
 
+use crate::kinds::Stores;
 use crate::{
     api_health::ApiHealth, app::App, plugin::runtime::PluginRuntime, policy::view::PolicyView,
 };
-use fetch::Stores;
 
 pub use wasmop_core::decide::{RESYNC, SHORT_REQUEUE};
 

@@ -10,7 +10,7 @@ const HOST_PREFIX: &str = "wasmop.dev/";
 /// The host label that ties objects and Pods to their App (how the host finds an App's Pods and
 /// claims): a plugin may write it (the SDK does, in selectors and pod templates) only with the
 /// App's own name.
-pub(super) use crate::reconcile::fetch::APP_LABEL;
+pub(super) use wasmop_core::observed::APP_LABEL;
 
 fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
     Some(Breach {
