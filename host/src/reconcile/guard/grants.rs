@@ -90,19 +90,34 @@ impl Bound {
 }
 
 /// The names of the ServiceAccounts of `namespace` among `subjects` of a binding in `home`
-/// (`""` for a ClusterRoleBinding).
+/// (`""` for a ClusterRoleBinding): `ServiceAccount` subjects, and `User` subjects named as an
+/// account's token authenticates (`system:serviceaccount:<namespace>:<name>`), which RBAC
+/// matches by that user name.
 fn accounts<'a>(
     subjects: Option<&'a [Subject]>,
     home: &'a str,
     namespace: &'a str,
 ) -> impl Iterator<Item = String> + 'a {
-    subjects.unwrap_or_default().iter().filter_map(move |s| {
-        let subject_namespace = match s.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => ns,
-            _ => home,
-        };
-        (s.kind == "ServiceAccount" && subject_namespace == namespace).then(|| s.name.clone())
-    })
+    subjects
+        .unwrap_or_default()
+        .iter()
+        .filter_map(move |s| match s.kind.as_str() {
+            "ServiceAccount" => {
+                let subject_namespace = match s.namespace.as_deref() {
+                    Some(ns) if !ns.is_empty() => ns,
+                    _ => home,
+                };
+                (subject_namespace == namespace).then(|| s.name.clone())
+            }
+            "User" => {
+                let (ns, name) = s
+                    .name
+                    .strip_prefix("system:serviceaccount:")?
+                    .split_once(':')?;
+                (ns == namespace).then(|| name.to_string())
+            }
+            _ => None,
+        })
 }
 
 /// The first planned ServiceAccount a binding names, as the guard's error.
@@ -117,6 +132,32 @@ pub fn check(objects: &[PluginObject], bound: &Bound) -> Result<(), GuardError> 
             object: format!("ServiceAccount/{name}"),
             rule: RULE.into(),
             reason: reason(name, binding),
+        }),
+    }
+}
+
+/// A backup Job's pods may not run as an account a binding names either (the plan's accounts
+/// are checked as they are planned; this holds when a binding came later).
+pub fn check_job(job: &PluginObject, bound: &Bound) -> Result<(), GuardError> {
+    let spec = job
+        .field("spec")
+        .ok()
+        .flatten()
+        .unwrap_or(serde_json::Value::Null);
+    let pod = spec.pointer("/template/spec");
+    let account = ["serviceAccountName", "serviceAccount"]
+        .into_iter()
+        .filter_map(|field| pod?.get(field)?.as_str())
+        .find_map(|name| Some((name, bound.binding_of(name)?)));
+    match account {
+        None => Ok(()),
+        Some((name, binding)) => Err(GuardError {
+            object: format!("{}/{}", job.kind(), job.name()),
+            rule: RULE.into(),
+            reason: format!(
+                "spec.template.spec.serviceAccountName: {}",
+                reason(name, binding)
+            ),
         }),
     }
 }
@@ -200,9 +241,14 @@ mod tests {
                 ]),
             ),
         ];
-        let crbs = [cluster_binding(
-            json!([{"kind": "ServiceAccount", "name": "admin", "namespace": "team-a"}]),
-        )];
+        let crbs = [cluster_binding(json!([
+            {"kind": "ServiceAccount", "name": "admin", "namespace": "team-a"},
+            // RBAC matches a User subject against the name an account's token carries.
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io",
+                "name": "system:serviceaccount:team-a:root"},
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io",
+                "name": "system:serviceaccount:team-b:elsewhere"},
+        ]))];
         let bound = Bound::of(&rbs, &crbs, "team-a", "kv");
         assert_eq!(bound.binding_of("ci"), Some("RoleBinding deployer"));
         assert_eq!(
@@ -210,7 +256,8 @@ mod tests {
             Some("a RoleBinding of another namespace")
         );
         assert_eq!(bound.binding_of("admin"), Some("a ClusterRoleBinding"));
-        for free in ["own", "alice", "kv", "default"] {
+        assert_eq!(bound.binding_of("root"), Some("a ClusterRoleBinding"));
+        for free in ["own", "alice", "kv", "default", "elsewhere"] {
             assert_eq!(bound.binding_of(free), None, "{free}");
         }
 
@@ -252,5 +299,32 @@ mod tests {
                 .is_some()
         );
         assert!(violation("ci", &Bound::of([&bare], [], "team-a", "kv")).is_some());
+    }
+
+    /// A backup Job runs as an account the plan created; one a binding names since is refused.
+    #[test]
+    fn a_backup_job_may_not_run_as_a_bound_account() {
+        let rbs = [role_binding(
+            "team-a",
+            "deployer",
+            json!([{"kind": "ServiceAccount", "name": "ci"}]),
+        )];
+        let bound = Bound::of(&rbs, [], "team-a", "kv");
+        let job = |account: &str| {
+            PluginObject::parse(
+                &json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b"},
+                    "spec": {"template": {"spec": {"serviceAccountName": account}}}})
+                .to_string(),
+            )
+            .expect("a Job")
+        };
+        let err = check_job(&job("ci"), &bound).expect_err("a bound account");
+        assert!(
+            err.reason
+                .contains("RoleBinding deployer names ServiceAccount \"ci\""),
+            "{}",
+            err.reason
+        );
+        check_job(&job("backup"), &bound).expect("an unbound account");
     }
 }

@@ -200,11 +200,16 @@ impl Kind {
     }
 
     /// Whether an object of `api_version` and `kind` is of this kind (no allocation: the guard
-    /// asks for every object of every plan).
+    /// asks for every object of every plan). Only the canonical spelling matches: `v1` for the
+    /// core group, `group/version` otherwise. The API server also reads `/v1` as `v1`, but every
+    /// rule of the guard that looks at a kind compares the canonical string, so a spelling it
+    /// does not know would pass them by.
     pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
         self.kind == kind
             && match api_version.split_once('/') {
-                Some((group, version)) => self.group == group && self.version == version,
+                Some((group, version)) => {
+                    !self.group.is_empty() && self.group == group && self.version == version
+                }
                 None => self.group.is_empty() && self.version == api_version,
             }
     }
@@ -281,12 +286,14 @@ impl PlanCheck for AppCheck {
         accounts: &BTreeSet<String>,
         claims: &BTreeSet<String>,
     ) -> Result<(), Failure> {
-        check_job(&self.policy, &self.app, slot, job, accounts, claims).map_err(|err| {
-            Failure::new(
-                "PlanRejected",
-                format!("{err} (under {})", self.policy_name),
-            )
-        })
+        grants::check_job(job, &self.bound)
+            .and_then(|()| check_job(&self.policy, &self.app, slot, job, accounts, claims))
+            .map_err(|err| {
+                Failure::new(
+                    "PlanRejected",
+                    format!("{err} (under {})", self.policy_name),
+                )
+            })
     }
 
     fn prunable(&self, api_version: &str, kind: &str) -> bool {
@@ -1064,6 +1071,45 @@ mod tests {
                 .map(|(g, v, k, p)| Kind::builtin(g, v, k, p))
                 .collect(),
             ..Policy::default()
+        }
+    }
+
+    /// Only canonical apiVersions are of a kind: the API server reads `/v1` as `v1`, but the
+    /// guard's rules compare `v1`, so `/v1` (or any other spelling) must not pass as a kind.
+    #[test]
+    fn only_the_canonical_api_version_is_a_kind() {
+        let policy = with_extra(&[
+            ("", "v1", "Pod", "pods"),
+            ("", "v1", "Secret", "secrets"),
+            ("", "v1", "ReplicationController", "replicationcontrollers"),
+        ]);
+        let mut owns = all();
+        owns.extend(
+            ["Pod", "Secret", "ReplicationController"]
+                .iter()
+                .map(|k| format!("v1/{k}")),
+        );
+        let kinds = policy
+            .kinds()
+            .map(|k| (k.api_version(), k.kind.to_string()))
+            .collect::<Vec<_>>();
+        for (api_version, kind) in kinds {
+            for spelling in [
+                format!("/{api_version}"),
+                format!("{api_version}/"),
+                format!(" {api_version}"),
+                format!("{api_version}/x"),
+                api_version.to_uppercase(),
+            ] {
+                // Declared in that spelling too, so that only the kind check stands in the way.
+                let mut owns = owns.clone();
+                owns.push(format!("{spelling}/{kind}"));
+                let object = obj(json!({"apiVersion": spelling, "kind": kind,
+                    "metadata": {"name": "x"}}));
+                let err = check(&policy, "kv", "ns", &owns, vec![object])
+                    .expect_err(&format!("{spelling} {kind} passed"));
+                assert_eq!(err.rule, "wasmop/plan", "{spelling} {kind}: {err}");
+            }
         }
     }
 
