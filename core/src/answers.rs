@@ -1,10 +1,47 @@
-//! What a plugin answers, once the host has checked it: a plan, a health report, a backup
-//! decision, an upgrade gate's verdict, a finalize decision. Plain data, the same whether the
-//! answer came from a Wasm component or from a plugin's Rust traits called natively.
+//! What a plugin answers (its metadata, a plan, a health report, a backup decision, an upgrade
+//! gate's verdict, a finalize decision) and the rules an answer must pass before anyone uses it.
+//! Plain data, the same whether the answer came from a Wasm component or from a plugin's Rust
+//! traits called natively.
+//!
+//! The rules are the one rulebook for answers: the host's call layer (and with it `wasmop
+//! plugin run`) and the SDK's `Fixture` apply these same pure functions, so a plugin's native
+//! test fails where the host would refuse the answer as [`BAD_OUTPUT`], with the host's words.
+//! Each `check_*` function takes one capability's answer and returns it checked, or an
+//! [`AnswerError`] naming the field at fault and the rule it breaks:
+//!
+//! - every answer fits the call's output cap ([`DEFAULT_MAX_OUTPUT_BYTES`] unless the host says
+//!   otherwise), counting the text the plugin wrote;
+//! - every object (a plan's, a backup Job) is a JSON object with `apiVersion`, `kind` and
+//!   `metadata.name` ([`PluginObject::parse`]);
+//! - lists hold at most [`MAX_LISTED`] entries (slots to expire, objects to delete or keep,
+//!   kinds in metadata), a health report at most [`MAX_CONDITIONS`] conditions;
+//! - a condition's type is none of the host's own ([`RESERVED_CONDITIONS`]) nor repeated, and
+//!   it and its reason are CamelCase words of at most [`MAX_WORD_BYTES`];
+//! - backup slots are DNS-label-safe, at most [`MAX_SLOT_BYTES`];
+//! - metadata's name, version and description are bounded ([`MAX_NAME_BYTES`],
+//!   [`MAX_VERSION_BYTES`], [`MAX_DESCRIPTION_BYTES`]).
+//!
+//! What the host writes of an answer into status is bounded again there
+//! ([`crate::status::bounded`]); that is a limit on status, not a rule on answers.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, fmt, time::Duration};
 
 use crate::object::PluginObject;
+
+/// What the plugin says about itself in `metadata`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PluginMetadata {
+    /// The plugin's name, e.g. `kvstore`.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// One line for people.
+    pub description: String,
+    /// Kinds the plugin plans (`apiVersion/kind`).
+    pub owns: Vec<String>,
+    /// Further kinds it wants to observe.
+    pub observes: Vec<String>,
+}
 
 /// The objects a plugin wants to exist.
 #[derive(Debug, Clone)]
@@ -92,4 +129,809 @@ pub struct CleanupDecision {
     pub delete: Vec<ObjectRef>,
     /// Keep these.
     pub keep: Vec<ObjectRef>,
+}
+
+/// The condition reason (and metrics label) of an answer the host refuses.
+pub const BAD_OUTPUT: &str = "BadOutput";
+
+/// How the host words a refused answer: `plugin`'s answer to `interface` breaks `reason`. The
+/// host's `BadOutput` error and the SDK's `Fixture` both say it so.
+pub fn refusal(plugin: &str, interface: &str, reason: &dyn fmt::Display) -> String {
+    format!("plugin {plugin} returned bad output from {interface}: {reason}")
+}
+
+/// A plan larger than this is a bug or an attack; the API server would refuse most of it
+/// anyway. The host's default output cap of a call, and the SDK's `Fixture`'s.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
+
+/// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
+/// to expire, objects to delete or keep): a plugin of one App has no use for more.
+pub const MAX_LISTED: usize = 64;
+
+/// Most conditions a health report may carry beside the host's own. Each condition is written
+/// into the App's status on every change; with the messages cut to 1 KiB
+/// ([`crate::status::MAX_MESSAGE_BYTES`]), this bounds a status to a few tens of KiB whatever
+/// the plugin says.
+pub const MAX_CONDITIONS: usize = 16;
+
+/// Condition types the host writes itself ([`crate::decide()`]); a plugin's own conditions must
+/// use other names.
+pub const RESERVED_CONDITIONS: [&str; 5] = [
+    "PluginReady",
+    "Available",
+    "Progressing",
+    "Degraded",
+    "UpgradeGated",
+];
+
+/// Longest condition type or reason: Kubernetes' `Condition.reason` allows 1024, its
+/// `Condition.type` 316; a word for people needs far less.
+pub const MAX_WORD_BYTES: usize = 128;
+
+/// Longest backup slot: the host names the slot's Job after the App and the slot, and a Job's
+/// name is a DNS label (63 characters).
+pub const MAX_SLOT_BYTES: usize = 40;
+
+/// Longest plugin name: it names the plugin in every message, metric and OCI artifact, as
+/// short as a DNS label.
+pub const MAX_NAME_BYTES: usize = 63;
+/// Longest plugin version.
+pub const MAX_VERSION_BYTES: usize = 64;
+/// Longest plugin description.
+pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+
+/// Why the host refuses a plugin's answer (as [`BAD_OUTPUT`]): the variant is the rule broken,
+/// [`AnswerError::field`] the field of the answer at fault (as the WIT names it). The message is
+/// the host's, word for word, wherever the answer is checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// The answer's text is over the call's output cap.
+    #[error("{size} bytes of output is over the {max} byte cap")]
+    OverOutputCap {
+        /// The fields counted, e.g. `objects`.
+        field: String,
+        /// Bytes the plugin returned there.
+        size: usize,
+        /// The cap in force.
+        max: usize,
+    },
+    /// An object is not a JSON object with string `apiVersion`, `kind` and `metadata.name`.
+    #[error("object {index} {reason}")]
+    NotAnObject {
+        /// e.g. `objects[2]`, `run.job`.
+        field: String,
+        /// Its place among the objects returned together.
+        index: usize,
+        /// What is wrong with it ([`PluginObject::parse`]).
+        reason: String,
+    },
+    /// More slots to expire than [`MAX_LISTED`].
+    #[error("{count} slots to expire; at most {max} per call")]
+    TooManySlots {
+        /// `expire`.
+        field: String,
+        /// Slots listed.
+        count: usize,
+        /// [`MAX_LISTED`].
+        max: usize,
+    },
+    /// A backup slot that is not DNS-label-safe.
+    #[error("slot {slot:?} must be 1 to {n} lower-case letters, digits and '-'", n = MAX_SLOT_BYTES)]
+    BadSlot {
+        /// e.g. `run.slot`, `expire[3]`.
+        field: String,
+        /// The slot as returned.
+        slot: String,
+    },
+    /// More objects to delete or keep than [`MAX_LISTED`].
+    #[error("{count} objects to delete or keep; at most {max}")]
+    TooManyObjectRefs {
+        /// `delete, keep`.
+        field: String,
+        /// Objects listed in both.
+        count: usize,
+        /// [`MAX_LISTED`].
+        max: usize,
+    },
+    /// More conditions than [`MAX_CONDITIONS`].
+    #[error("{count} conditions; at most {max}")]
+    TooManyConditions {
+        /// `conditions`.
+        field: String,
+        /// Conditions returned.
+        count: usize,
+        /// [`MAX_CONDITIONS`].
+        max: usize,
+    },
+    /// A condition type the host writes itself ([`RESERVED_CONDITIONS`]), or one already used
+    /// by an earlier condition of the report.
+    #[error("condition type {condition_type:?} is the host's or repeated")]
+    ConditionTypeTaken {
+        /// e.g. `conditions[0].condition-type`.
+        field: String,
+        /// The type as returned.
+        condition_type: String,
+    },
+    /// A condition type or reason that is not one CamelCase word of at most
+    /// [`MAX_WORD_BYTES`].
+    #[error("condition type {condition_type:?} and reason {reason:?} must be CamelCase words")]
+    NotCamelCase {
+        /// e.g. `conditions[0].reason`: the first of the two at fault.
+        field: String,
+        /// The type as returned.
+        condition_type: String,
+        /// The reason as returned.
+        reason: String,
+    },
+    /// A metadata field longer than its bound, in bytes or entries.
+    #[error("metadata {field} has {len} bytes or entries; at most {max}")]
+    MetadataTooLong {
+        /// `version`, `description`, `owns` or `observes`.
+        field: String,
+        /// Its length.
+        len: usize,
+        /// Its bound.
+        max: usize,
+    },
+    /// A plugin name that is empty or longer than [`MAX_NAME_BYTES`].
+    #[error("metadata name {name:?} must be 1 to {n} characters", n = MAX_NAME_BYTES)]
+    BadName {
+        /// `name`.
+        field: String,
+        /// The name as returned.
+        name: String,
+    },
+}
+
+impl AnswerError {
+    /// The field of the answer at fault, as the WIT names it: `objects[2]`,
+    /// `conditions[0].condition-type`, `run.slot`, `description`...
+    pub fn field(&self) -> &str {
+        match self {
+            Self::OverOutputCap { field, .. }
+            | Self::NotAnObject { field, .. }
+            | Self::TooManySlots { field, .. }
+            | Self::BadSlot { field, .. }
+            | Self::TooManyObjectRefs { field, .. }
+            | Self::TooManyConditions { field, .. }
+            | Self::ConditionTypeTaken { field, .. }
+            | Self::NotCamelCase { field, .. }
+            | Self::MetadataTooLong { field, .. }
+            | Self::BadName { field, .. } => field,
+        }
+    }
+}
+
+/// Checks what `metadata.get` returned.
+pub fn check_metadata(metadata: &PluginMetadata) -> Result<(), AnswerError> {
+    let too_long = [
+        ("version", metadata.version.len(), MAX_VERSION_BYTES),
+        (
+            "description",
+            metadata.description.len(),
+            MAX_DESCRIPTION_BYTES,
+        ),
+        ("owns", metadata.owns.len(), MAX_LISTED),
+        ("observes", metadata.observes.len(), MAX_LISTED),
+    ]
+    .into_iter()
+    .find(|(_, len, max)| len > max);
+    if let Some((field, len, max)) = too_long {
+        return Err(AnswerError::MetadataTooLong {
+            field: field.into(),
+            len,
+            max,
+        });
+    }
+    if metadata.name.is_empty() || metadata.name.len() > MAX_NAME_BYTES {
+        return Err(AnswerError::BadName {
+            field: "name".into(),
+            name: metadata.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the objects `spec-diff.plan` returned as JSON text (see [`PluginObject::parse`]) and
+/// makes them a [`Plan`].
+pub fn check_plan(
+    objects: &[String],
+    requeue_after: Option<Duration>,
+    max_output_bytes: usize,
+) -> Result<Plan, AnswerError> {
+    Ok(Plan {
+        objects: parse_objects("objects", objects, max_output_bytes, |index| {
+            format!("objects[{index}]")
+        })?,
+        requeue_after,
+    })
+}
+
+/// Checks what `health.check` returned.
+pub fn check_health(report: &HealthReport, max_output_bytes: usize) -> Result<(), AnswerError> {
+    let size = report.message.len()
+        + report
+            .conditions
+            .iter()
+            .map(|c| c.type_.len() + c.reason.len() + c.message.len())
+            .sum::<usize>();
+    check_size("message, conditions", size, max_output_bytes)?;
+    if report.conditions.len() > MAX_CONDITIONS {
+        return Err(AnswerError::TooManyConditions {
+            field: "conditions".into(),
+            count: report.conditions.len(),
+            max: MAX_CONDITIONS,
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for (index, c) in report.conditions.iter().enumerate() {
+        if RESERVED_CONDITIONS.contains(&c.type_.as_str()) || !seen.insert(&c.type_) {
+            return Err(AnswerError::ConditionTypeTaken {
+                field: format!("conditions[{index}].condition-type"),
+                condition_type: c.type_.clone(),
+            });
+        }
+        let wrong = if !is_camel_case(&c.type_) {
+            Some("condition-type")
+        } else if !is_camel_case(&c.reason) {
+            Some("reason")
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            return Err(AnswerError::NotCamelCase {
+                field: format!("conditions[{index}].{wrong}"),
+                condition_type: c.type_.clone(),
+                reason: c.reason.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks what `backup.schedule` returned (the slot and Job JSON to run, the slots to expire)
+/// and makes it a [`BackupDecision`].
+pub fn check_backup(
+    run: Option<(String, String)>,
+    expire: Vec<String>,
+    requeue_after: Option<Duration>,
+    max_output_bytes: usize,
+) -> Result<BackupDecision, AnswerError> {
+    if expire.len() > MAX_LISTED {
+        return Err(AnswerError::TooManySlots {
+            field: "expire".into(),
+            count: expire.len(),
+            max: MAX_LISTED,
+        });
+    }
+    let slots = expire
+        .iter()
+        .enumerate()
+        .map(|(index, slot)| (format!("expire[{index}]"), slot))
+        .chain(run.as_ref().map(|(slot, _)| ("run.slot".to_string(), slot)));
+    for (field, slot) in slots {
+        if !is_slot(slot) {
+            return Err(AnswerError::BadSlot {
+                field,
+                slot: slot.clone(),
+            });
+        }
+    }
+    let run = match run {
+        Some((slot, job)) => {
+            let job = std::slice::from_ref(&job);
+            let mut job = parse_objects("run.job", job, max_output_bytes, |_| "run.job".into())?;
+            job.pop().map(|job| (slot, job))
+        }
+        None => None,
+    };
+    Ok(BackupDecision {
+        run,
+        expire,
+        requeue_after,
+    })
+}
+
+/// Checks what `upgrade.gate` returned.
+pub fn check_gate(decision: &GateDecision, max_output_bytes: usize) -> Result<(), AnswerError> {
+    match decision {
+        GateDecision::Allow => Ok(()),
+        GateDecision::Wait(reason) => check_size("wait", reason.len(), max_output_bytes),
+        GateDecision::Deny(reason) => check_size("deny", reason.len(), max_output_bytes),
+    }
+}
+
+/// Checks what `finalize.cleanup` returned.
+pub fn check_cleanup(
+    decision: &CleanupDecision,
+    max_output_bytes: usize,
+) -> Result<(), AnswerError> {
+    let listed = decision.delete.len() + decision.keep.len();
+    if listed > MAX_LISTED {
+        return Err(AnswerError::TooManyObjectRefs {
+            field: "delete, keep".into(),
+            count: listed,
+            max: MAX_LISTED,
+        });
+    }
+    let size = decision
+        .delete
+        .iter()
+        .chain(&decision.keep)
+        .map(|r| r.api_version.len() + r.kind.len() + r.name.len())
+        .sum();
+    check_size("delete, keep", size, max_output_bytes)
+}
+
+fn check_size(field: &str, size: usize, max: usize) -> Result<(), AnswerError> {
+    if size > max {
+        return Err(AnswerError::OverOutputCap {
+            field: field.into(),
+            size,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// The objects of `field` as JSON text: within the cap together (checked before any is parsed),
+/// each a JSON object ([`PluginObject::parse`]); `at` names the field of the one at an index.
+fn parse_objects(
+    field: &str,
+    texts: &[String],
+    max_output_bytes: usize,
+    at: impl Fn(usize) -> String,
+) -> Result<Vec<PluginObject>, AnswerError> {
+    check_size(field, texts.iter().map(String::len).sum(), max_output_bytes)?;
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            PluginObject::parse(text).map_err(|reason| AnswerError::NotAnObject {
+                field: at(index),
+                index,
+                reason,
+            })
+        })
+        .collect()
+}
+
+/// One CamelCase word: an upper-case ASCII letter, then letters and digits, at most
+/// [`MAX_WORD_BYTES`].
+pub fn is_camel_case(text: &str) -> bool {
+    text.len() <= MAX_WORD_BYTES
+        && text.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && text.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// A backup slot: 1 to [`MAX_SLOT_BYTES`] lower-case letters, digits and `-`, neither first nor
+/// last a `-`.
+pub fn is_slot(slot: &str) -> bool {
+    (1..=MAX_SLOT_BYTES).contains(&slot.len())
+        && slot
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !slot.starts_with('-')
+        && !slot.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: usize = 1000;
+
+    fn condition(type_: &str, reason: &str) -> PluginCondition {
+        PluginCondition {
+            type_: type_.into(),
+            status: "True",
+            reason: reason.into(),
+            message: String::new(),
+        }
+    }
+
+    fn report(conditions: Vec<PluginCondition>) -> HealthReport {
+        HealthReport {
+            state: HealthState::Healthy,
+            conditions,
+            message: "ok".into(),
+            rollout_complete: true,
+        }
+    }
+
+    fn metadata() -> PluginMetadata {
+        PluginMetadata {
+            name: "kvstore".into(),
+            version: "1.2.0".into(),
+            description: "A key-value store".into(),
+            owns: vec!["apps/v1/StatefulSet".into()],
+            observes: vec!["v1/Pod".into()],
+        }
+    }
+
+    fn object(name: &str) -> String {
+        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#)
+    }
+
+    fn refs(count: usize, name: &str) -> Vec<ObjectRef> {
+        (0..count)
+            .map(|i| ObjectRef {
+                api_version: "v1".into(),
+                kind: "PersistentVolumeClaim".into(),
+                name: format!("{name}-{i}"),
+            })
+            .collect()
+    }
+
+    /// The field and message a case expects the answer to be refused with.
+    fn bad(field: &str, message: impl Into<String>) -> Option<(String, String)> {
+        Some((field.into(), message.into()))
+    }
+
+    /// One case: what it breaks, the result, and the field and message expected (`None`: it
+    /// passes).
+    type Case<'a> = (&'a str, Result<(), AnswerError>, Option<(String, String)>);
+
+    fn assert_cases(cases: Vec<Case>) {
+        for (case, result, expected) in cases {
+            match (result, expected) {
+                (Ok(()), None) => {}
+                (Err(err), Some((field, message))) => {
+                    assert_eq!(err.field(), field, "{case}: {err}");
+                    assert_eq!(err.to_string(), message, "{case}");
+                }
+                (result, expected) => panic!("{case}: {result:?}, expected {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        let with = |change: fn(&mut PluginMetadata)| {
+            let mut m = metadata();
+            change(&mut m);
+            check_metadata(&m)
+        };
+        assert_cases(vec![
+            ("nothing", with(|_| {}), None),
+            (
+                "a long version",
+                with(|m| m.version = "1".repeat(65)),
+                bad(
+                    "version",
+                    "metadata version has 65 bytes or entries; at most 64",
+                ),
+            ),
+            (
+                "a long description",
+                with(|m| m.description = "d".repeat(1025)),
+                bad(
+                    "description",
+                    "metadata description has 1025 bytes or entries; at most 1024",
+                ),
+            ),
+            (
+                "many owned kinds",
+                with(|m| m.owns = vec!["v1/ConfigMap".into(); 65]),
+                bad("owns", "metadata owns has 65 bytes or entries; at most 64"),
+            ),
+            (
+                "many observed kinds",
+                with(|m| m.observes = vec!["v1/Pod".into(); 65]),
+                bad(
+                    "observes",
+                    "metadata observes has 65 bytes or entries; at most 64",
+                ),
+            ),
+            (
+                "no name",
+                with(|m| m.name.clear()),
+                bad("name", r#"metadata name "" must be 1 to 63 characters"#),
+            ),
+            (
+                "a 63-character name",
+                with(|m| m.name = "n".repeat(63)),
+                None,
+            ),
+            (
+                "a 64-character name",
+                with(|m| m.name = "n".repeat(64)),
+                bad(
+                    "name",
+                    format!(
+                        "metadata name {:?} must be 1 to 63 characters",
+                        "n".repeat(64)
+                    ),
+                ),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn plans_are_json_objects_within_the_cap() {
+        let plan = |texts: &[String]| check_plan(texts, None, CAP).map(|_| ());
+        let big = object(&"n".repeat(CAP));
+        assert_cases(vec![
+            ("nothing", plan(&[object("a"), object("b")]), None),
+            ("no objects", plan(&[]), None),
+            (
+                "over the cap together",
+                plan(&[object(&"a".repeat(600)), object(&"b".repeat(600))]),
+                bad("objects", "1322 bytes of output is over the 1000 byte cap"),
+            ),
+            (
+                "the cap before parsing",
+                plan(&[big.replace('}', "")]),
+                bad("objects", "1059 bytes of output is over the 1000 byte cap"),
+            ),
+            (
+                "not JSON",
+                plan(&[object("a"), "{".into()]),
+                bad(
+                    "objects[1]",
+                    "object 1 is not valid JSON: EOF while parsing an object at line 1 column 1",
+                ),
+            ),
+            (
+                "not an object",
+                plan(&["[1]".into()]),
+                bad("objects[0]", "object 0 is not a JSON object"),
+            ),
+            (
+                "no name",
+                plan(&[r#"{"apiVersion":"v1","kind":"A","metadata":{}}"#.into()]),
+                bad("objects[0]", "object 0 has no string metadata.name"),
+            ),
+        ]);
+        let plan = check_plan(&[object("a")], Some(Duration::from_secs(7)), CAP).expect("valid");
+        assert_eq!(plan.objects[0].name(), "a");
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn health_conditions_are_the_plugins_own_camel_case_words() {
+        let health = |conditions: Vec<PluginCondition>| check_health(&report(conditions), CAP);
+        let mut cases = vec![
+            ("no conditions", health(vec![]), None),
+            (
+                "two of its own",
+                health(vec![
+                    condition("ReplicasReady", "AllReady"),
+                    condition("BackupFresh", "Recent2"),
+                ]),
+                None,
+            ),
+            (
+                "repeated",
+                health(vec![
+                    condition("ReplicasReady", "AllReady"),
+                    condition("ReplicasReady", "AllReady"),
+                ]),
+                bad(
+                    "conditions[1].condition-type",
+                    r#"condition type "ReplicasReady" is the host's or repeated"#,
+                ),
+            ),
+            (
+                "a type in words",
+                health(vec![condition("replicas ready", "AllReady")]),
+                bad(
+                    "conditions[0].condition-type",
+                    r#"condition type "replicas ready" and reason "AllReady" must be CamelCase words"#,
+                ),
+            ),
+            (
+                "a reason in lower case",
+                health(vec![condition("ReplicasReady", "allReady")]),
+                bad(
+                    "conditions[0].reason",
+                    r#"condition type "ReplicasReady" and reason "allReady" must be CamelCase words"#,
+                ),
+            ),
+            (
+                "no reason",
+                health(vec![condition("ReplicasReady", "")]),
+                bad(
+                    "conditions[0].reason",
+                    r#"condition type "ReplicasReady" and reason "" must be CamelCase words"#,
+                ),
+            ),
+            (
+                "17 conditions",
+                health(
+                    (0..17)
+                        .map(|i| condition(&format!("Check{i}"), "Fine"))
+                        .collect(),
+                ),
+                bad("conditions", "17 conditions; at most 16"),
+            ),
+            (
+                "over the cap",
+                check_health(
+                    &HealthReport {
+                        message: "m".repeat(CAP),
+                        ..report(vec![condition("A", "B")])
+                    },
+                    CAP,
+                ),
+                bad(
+                    "message, conditions",
+                    "1002 bytes of output is over the 1000 byte cap",
+                ),
+            ),
+        ];
+        let reserved: Vec<_> = RESERVED_CONDITIONS
+            .iter()
+            .map(|type_| {
+                (
+                    *type_,
+                    health(vec![condition(type_, "Mine")]),
+                    bad(
+                        "conditions[0].condition-type",
+                        format!("condition type {type_:?} is the host's or repeated"),
+                    ),
+                )
+            })
+            .collect();
+        cases.extend(reserved);
+        assert_cases(cases);
+    }
+
+    #[test]
+    fn backups_name_safe_slots_and_a_job() {
+        let backup = |run: Option<(&str, String)>, expire: &[&str]| {
+            check_backup(
+                run.map(|(slot, job)| (slot.to_string(), job)),
+                expire.iter().map(|s| s.to_string()).collect(),
+                None,
+                CAP,
+            )
+            .map(|_| ())
+        };
+        let many: Vec<String> = (0..65).map(|i| format!("s{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_cases(vec![
+            ("nothing to do", backup(None, &[]), None),
+            (
+                "a run and expiries",
+                backup(
+                    Some(("20261202-060000", object("job"))),
+                    &["20261201-060000"],
+                ),
+                None,
+            ),
+            (
+                "65 expiries",
+                backup(None, &many),
+                bad("expire", "65 slots to expire; at most 64 per call"),
+            ),
+            (
+                "an expiry with a colon",
+                backup(None, &["ok", "2026-12-02T06:00:00Z"]),
+                bad(
+                    "expire[1]",
+                    r#"slot "2026-12-02T06:00:00Z" must be 1 to 40 lower-case letters, digits and '-'"#,
+                ),
+            ),
+            (
+                "an empty run slot",
+                backup(Some(("", object("job"))), &[]),
+                bad(
+                    "run.slot",
+                    r#"slot "" must be 1 to 40 lower-case letters, digits and '-'"#,
+                ),
+            ),
+            (
+                "a job that is not JSON",
+                backup(Some(("a", "job".into())), &[]),
+                bad(
+                    "run.job",
+                    "object 0 is not valid JSON: expected value at line 1 column 1",
+                ),
+            ),
+            (
+                "a job over the cap",
+                backup(Some(("a", object(&"j".repeat(CAP)))), &[]),
+                bad("run.job", "1061 bytes of output is over the 1000 byte cap"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn gate_reasons_fit_the_cap() {
+        assert_cases(vec![
+            ("allow", check_gate(&GateDecision::Allow, CAP), None),
+            (
+                "wait",
+                check_gate(&GateDecision::Wait("w".repeat(CAP)), CAP),
+                None,
+            ),
+            (
+                "a long wait",
+                check_gate(&GateDecision::Wait("w".repeat(CAP + 1)), CAP),
+                bad("wait", "1001 bytes of output is over the 1000 byte cap"),
+            ),
+            (
+                "a long deny",
+                check_gate(&GateDecision::Deny("d".repeat(CAP + 1)), CAP),
+                bad("deny", "1001 bytes of output is over the 1000 byte cap"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn cleanups_are_bounded() {
+        let cleanup = |delete: Vec<ObjectRef>, keep: Vec<ObjectRef>, cap: usize| {
+            check_cleanup(&CleanupDecision { delete, keep }, cap)
+        };
+        let cap = DEFAULT_MAX_OUTPUT_BYTES;
+        assert_cases(vec![
+            ("nothing", cleanup(vec![], vec![], CAP), None),
+            (
+                "64 in all",
+                cleanup(refs(32, "d"), refs(32, "k"), cap),
+                None,
+            ),
+            (
+                "65 in all",
+                cleanup(refs(33, "d"), refs(32, "k"), cap),
+                bad("delete, keep", "65 objects to delete or keep; at most 64"),
+            ),
+            (
+                "over the cap",
+                cleanup(refs(1, &"n".repeat(CAP)), vec![], CAP),
+                bad(
+                    "delete, keep",
+                    "1025 bytes of output is over the 1000 byte cap",
+                ),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn slots_are_dns_label_safe() {
+        for (slot, safe) in [
+            ("20261202-060000", true),
+            ("a", true),
+            (&*"a".repeat(40), true),
+            ("2026-12-02T06:00:00Z", false),
+            ("", false),
+            ("-a", false),
+            ("a-", false),
+            ("A", false),
+            (&*"a".repeat(41), false),
+        ] {
+            assert_eq!(is_slot(slot), safe, "{slot:?}");
+        }
+    }
+
+    #[test]
+    fn condition_words_are_camel_case() {
+        for (word, camel) in [
+            ("ReplicasReady", true),
+            ("R2", true),
+            (&*format!("A{}", "a".repeat(127)), true),
+            (&*format!("A{}", "a".repeat(128)), false),
+            ("replicasReady", false),
+            ("replicas ready", false),
+            ("Replicas-Ready", false),
+            ("Énorme", false),
+            ("", false),
+        ] {
+            assert_eq!(is_camel_case(word), camel, "{word:?}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_plugin_and_the_interface() {
+        let err = AnswerError::TooManyConditions {
+            field: "conditions".into(),
+            count: 17,
+            max: MAX_CONDITIONS,
+        };
+        assert_eq!(
+            refusal("kvstore@1a2b3c", "health", &err),
+            "plugin kvstore@1a2b3c returned bad output from health: 17 conditions; at most 16"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use crate::{
-    answers::{BackupDecision, GateDecision, HealthReport, Plan},
+    answers::{BackupDecision, CleanupDecision, GateDecision, HealthReport, Plan},
     capability::Capability,
     object::PluginObject,
     observed::ObservedObject,
@@ -44,6 +44,9 @@ pub trait PluginCalls {
     fn health(&mut self, version: &str) -> Result<HealthReport, Failure>;
     /// `backup.schedule(last_completed)`.
     fn backup(&mut self, last_completed: Option<&str>) -> Result<BackupDecision, Failure>;
+    /// `finalize.cleanup(retained)`: the caller prepared the App's retained objects as the
+    /// call's input ([`crate::deletion`]).
+    fn finalize(&mut self) -> Result<CleanupDecision, Failure>;
 }
 
 /// The policy's view of one App's plan.

@@ -779,6 +779,10 @@ impl PluginCalls for NoPlugin {
     fn backup(&mut self, _: Option<&str>) -> Result<crate::answers::BackupDecision, Failure> {
         Err(no_plugin())
     }
+
+    fn finalize(&mut self) -> Result<crate::answers::CleanupDecision, Failure> {
+        Err(no_plugin())
+    }
 }
 
 impl PlanCheck for NoPlugin {

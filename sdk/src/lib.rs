@@ -207,7 +207,7 @@ pub use serde_json;
 /// Used by [`export!`]; not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::runtime::{Exported, Native, check, gate, plan, schedule};
+    pub use crate::runtime::{Exported, Native, check, cleanup, gate, plan, schedule};
 }
 
 /// Exports a plugin type as the component's implementation.
@@ -307,8 +307,10 @@ macro_rules! __native_capability {
     ($native:ident, $plugin:ident, Upgrade) => {
         $native.gate = Some($crate::__private::gate::<$plugin>);
     };
-    // `finalize` is not part of a reconcile; an unknown name is reported by
-    // `__export_capability`.
+    ($native:ident, $plugin:ident, Finalize) => {
+        $native.cleanup = Some($crate::__private::cleanup::<$plugin>);
+    };
+    // An unknown name is reported by `__export_capability`.
     ($native:ident, $plugin:ident, $other:ident) => {};
 }
 

@@ -34,6 +34,8 @@ pub type CheckFn = fn(&str, Vec<String>, String, i64) -> Result<HealthReport>;
 pub type ScheduleFn = fn(&str, Vec<String>, Option<String>, i64) -> Result<RawBackupDecision>;
 /// `upgrade.gate` as a function: app, observed, from, to, now.
 pub type GateFn = fn(&str, Vec<String>, String, String, i64) -> Result<UpgradeDecision>;
+/// `finalize.cleanup` as a function: app, retained, now.
+pub type CleanupFn = fn(&str, Vec<String>, i64) -> Result<FinalizeDecision>;
 
 /// The exported capabilities as functions, `None` where the plugin does not export one; built
 /// by [`export!`](crate::export) from the same list as [`Exported::CAPABILITIES`].
@@ -47,6 +49,8 @@ pub struct Native {
     pub schedule: Option<ScheduleFn>,
     /// `upgrade`.
     pub gate: Option<GateFn>,
+    /// `finalize`.
+    pub cleanup: Option<CleanupFn>,
 }
 
 impl Native {
@@ -56,6 +60,7 @@ impl Native {
         check: None,
         schedule: None,
         gate: None,
+        cleanup: None,
     };
 }
 

@@ -4,7 +4,10 @@
 //! the clock, versions) as JSON text, and each method calls a capability
 //! through the same parsing and serialization the component uses, so a bad
 //! config or an unserializable object fails here exactly as it would in the
-//! host.
+//! host. What the plugin answers is then held to the host's rules on answers
+//! (`wasmop_core::answers`: no condition type of the host's, CamelCase words,
+//! lists and sizes within their caps...): an answer the host would refuse as
+//! `BadOutput` is an `internal` error here, with the host's message.
 //!
 //! ```
 //! use wasmop_sdk::testing::{self, Fixture};
@@ -37,6 +40,7 @@ use crate::runtime::{self, Exported};
 use crate::spec_diff::{Plan, SpecDiff};
 use crate::upgrade::{Upgrade, UpgradeDecision};
 
+mod answers;
 #[cfg(not(target_arch = "wasm32"))]
 mod reconcile;
 #[cfg(not(target_arch = "wasm32"))]
@@ -167,6 +171,7 @@ impl Fixture {
             self.target(),
             self.now_ms,
         )?;
+        answers::plan(&raw).map_err(answers::refused::<P>("spec-diff"))?;
         Plan::from_parts(
             raw.objects,
             raw.requeue_after_ms.map(std::time::Duration::from_millis),
@@ -175,7 +180,10 @@ impl Fixture {
 
     /// Calls `health.check` for the target version.
     pub fn check<P: Health>(&self) -> Result<HealthReport> {
-        runtime::check::<P>(&self.app, self.observed.clone(), self.target(), self.now_ms)
+        let report =
+            runtime::check::<P>(&self.app, self.observed.clone(), self.target(), self.now_ms)?;
+        answers::health(&report).map_err(answers::refused::<P>("health"))?;
+        Ok(report)
     }
 
     /// Calls `backup.schedule`.
@@ -186,6 +194,7 @@ impl Fixture {
             self.last_completed_slot.clone(),
             self.now_ms,
         )?;
+        answers::backup(raw.clone()).map_err(answers::refused::<P>("backup"))?;
         let run = match raw.run {
             Some((slot, job)) => Some(BackupRun {
                 slot: Slot::parse(&slot)?,
@@ -208,18 +217,22 @@ impl Fixture {
     /// Calls `upgrade.gate` from the current to the target version.
     pub fn gate<P: Upgrade>(&self) -> Result<UpgradeDecision> {
         let from = self.current().unwrap_or_default();
-        runtime::gate::<P>(
+        let decision = runtime::gate::<P>(
             &self.app,
             self.observed.clone(),
             from,
             self.target(),
             self.now_ms,
-        )
+        )?;
+        answers::gate(&decision).map_err(answers::refused::<P>("upgrade"))?;
+        Ok(decision)
     }
 
     /// Calls `finalize.cleanup`; the observed objects are the retained ones.
     pub fn cleanup<P: Finalize>(&self) -> Result<FinalizeDecision> {
-        runtime::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)
+        let decision = runtime::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)?;
+        answers::cleanup(&decision).map_err(answers::refused::<P>("finalize"))?;
+        Ok(decision)
     }
 
     fn app_field(&self, pointer: &str) -> Option<String> {
@@ -238,5 +251,198 @@ impl Fixture {
             .clone()
             .or_else(|| self.app_field("/spec/version"))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::health::Condition;
+    use crate::metadata::Plugin;
+    use crate::spec_diff::PlanInput;
+    use crate::upgrade::UpgradeInput;
+
+    /// Answers as a careless plugin would, by `spec.config.answer`: a condition type the host
+    /// writes itself, a plan past the output cap; and a gate reason past it, always.
+    struct Careless;
+
+    impl Plugin for Careless {
+        type Config = Value;
+
+        fn metadata() -> Metadata {
+            Metadata::new("careless", "0.1.0")
+        }
+    }
+
+    impl SpecDiff for Careless {
+        fn plan(input: &PlanInput<Value>) -> Result<Plan> {
+            let mut plan = Plan::new();
+            if input.app.config()["answer"] == "huge" {
+                let data = [("x".to_string(), "x".repeat(MAX_OUTPUT))];
+                plan.push(&k8s_openapi::api::core::v1::ConfigMap {
+                    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                        name: Some("huge".into()),
+                        ..Default::default()
+                    },
+                    data: Some(data.into_iter().collect()),
+                    ..Default::default()
+                })?;
+            }
+            Ok(plan)
+        }
+    }
+
+    impl Health for Careless {
+        fn check(input: &crate::health::HealthInput<Value>) -> Result<HealthReport> {
+            let mut report = HealthReport::healthy("fine").rollout_complete(true);
+            if input.app.config()["answer"] == "reserved" {
+                report
+                    .conditions
+                    .push(Condition::new("Degraded", false, "AllGood", "mine"));
+            }
+            Ok(report)
+        }
+    }
+
+    impl Upgrade for Careless {
+        fn gate(_: &UpgradeInput<Value>) -> Result<UpgradeDecision> {
+            Ok(UpgradeDecision::Wait("w".repeat(MAX_OUTPUT + 1)))
+        }
+    }
+
+    crate::export!(Careless: SpecDiff, Health, Upgrade);
+
+    const MAX_OUTPUT: usize = wasmop_core::answers::DEFAULT_MAX_OUTPUT_BYTES;
+
+    fn fixture(answer: &str) -> Fixture {
+        Fixture::new(app("demo", "default", "1.0.0", json!({"answer": answer})))
+    }
+
+    /// The host's words for a reserved condition type (`CallError::BadOutput`), but for the
+    /// label: the host names the plugin by its digest.
+    const RESERVED: &str = "plugin careless@0.1.0 returned bad output from health: condition \
+                            type \"Degraded\" is the host's or repeated";
+
+    #[test]
+    fn a_condition_type_of_the_hosts_fails_as_the_host_refuses_it() {
+        assert!(fixture("fine").check::<Careless>().is_ok());
+        let err = fixture("reserved")
+            .check::<Careless>()
+            .expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::Internal);
+        assert_eq!(
+            err.message(),
+            format!("the host would refuse this answer as BadOutput: {RESERVED}")
+        );
+    }
+
+    #[test]
+    fn a_reconcile_reports_a_refused_answer_as_the_host_does() {
+        let decision = fixture("reserved")
+            .reconcile::<Careless>()
+            .expect("reconciles");
+        let degraded = decision
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .expect("Degraded is set");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "BadOutput")
+        );
+        assert_eq!(degraded.message, RESERVED);
+        assert_eq!(decision.requeue, wasmop_core::Requeue::Backoff);
+        let fine = fixture("fine").reconcile::<Careless>().expect("reconciles");
+        assert!(
+            fine.status
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "Degraded" || c.status == "False"),
+            "{:?}",
+            fine.status.conditions
+        );
+    }
+
+    /// A plugin whose metadata the host would refuse to load.
+    struct Nameless;
+
+    impl Plugin for Nameless {
+        type Config = Value;
+
+        fn metadata() -> Metadata {
+            Metadata::new("", "0.1.0")
+        }
+    }
+
+    crate::export!(Nameless);
+
+    #[test]
+    fn metadata_the_host_would_not_load_fails_a_reconcile() {
+        let err = fixture("fine")
+            .reconcile::<Nameless>()
+            .expect_err("refused");
+        assert_eq!(
+            err.message(),
+            "the host would refuse this answer as BadOutput: plugin @0.1.0 returned bad output \
+             from metadata: metadata name \"\" must be 1 to 63 characters"
+        );
+    }
+
+    /// The SDK's `Slot` is built in the component, where the core is not linked: its rule is
+    /// held to the host's here.
+    #[test]
+    fn slots_the_sdk_makes_are_slots_the_host_takes() {
+        use wasmop_core::answers;
+        assert_eq!(crate::backup::MAX_SLOT_LEN, answers::MAX_SLOT_BYTES);
+        let (longest, too_long) = ("a".repeat(40), "a".repeat(41));
+        for slot in [
+            "20261202-060000",
+            "a",
+            "7",
+            &longest,
+            &too_long,
+            "",
+            "-a",
+            "a-",
+            "A",
+            "a_b",
+            "a.b",
+            "é",
+        ] {
+            assert_eq!(
+                crate::backup::Slot::parse(slot).is_ok(),
+                answers::is_slot(slot),
+                "{slot:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn plans_and_gates_are_held_to_the_same_rules() {
+        assert!(fixture("fine").plan::<Careless>().is_ok());
+        let err = fixture("huge").plan::<Careless>().expect_err("refused");
+        let message = err.message();
+        assert!(
+            message.starts_with(
+                "the host would refuse this answer as BadOutput: plugin careless@0.1.0 returned \
+                 bad output from spec-diff: "
+            ) && message.ends_with(&format!(
+                "bytes of output is over the {MAX_OUTPUT} byte cap"
+            )),
+            "{message}"
+        );
+        let err = fixture("fine").gate::<Careless>().expect_err("refused");
+        assert_eq!(
+            err.message(),
+            format!(
+                "the host would refuse this answer as BadOutput: plugin careless@0.1.0 returned \
+                 bad output from upgrade: {} bytes of output is over the {MAX_OUTPUT} byte cap",
+                MAX_OUTPUT + 1
+            )
+        );
     }
 }

@@ -29,6 +29,8 @@ pub struct Host {
     cache: Option<std::path::PathBuf>,
     /// Port of the probe server on 127.0.0.1.
     port: u16,
+    /// Registers the namespaces it watches while it lives, for [`TestNamespace::delete`].
+    _watching: crate::harness::Watching,
 }
 
 impl Host {
@@ -131,12 +133,14 @@ impl Host {
             .stderr(log)
             .kill_on_drop(true)
             .spawn()?;
+        let watching = crate::harness::Watching::from_args(args);
         let url = format!("http://127.0.0.1:{port}/readyz");
         wait_http_ok("the host to be ready", &url, Duration::from_secs(60)).await?;
         Ok(Self {
             child,
             cache: None,
             port,
+            _watching: watching,
         })
     }
 }
@@ -803,6 +807,83 @@ async fn deletion_honours_the_retention_policy() -> anyhow::Result<()> {
         "the Retain App's claims must stay"
     );
     ns.delete().await
+}
+
+/// Issue 46: an App deleted while its StatefulSet is still creating pods leaves none of its
+/// claims behind under `retention: Delete`. Before the fix `finalize` deleted the claims there
+/// were while the StatefulSet lived on until garbage collection, and a pod it created meanwhile
+/// came with a claim owned by nobody. Several Apps, each deleted at another moment of its
+/// scale-up, so that some deletion meets a pod being created.
+#[tokio::test]
+async fn an_app_deleted_while_its_statefulset_scales_up_leaves_no_claim() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-delete-race").await?;
+    let image = push_kvstore(&local).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    let names: Vec<String> = (0..4).map(|i| format!("race-{i}")).collect();
+    for name in &names {
+        let config = json!({"replicas": 5, "retention": "Delete"});
+        apps.create(
+            &PostParams::default(),
+            &app(name, json!({"image": image}), "7.2.4", config)?,
+        )
+        .await?;
+    }
+    // Each App is deleted once its StatefulSet has made its first claim, then after a pause
+    // that grows with the App's index, so the deletions fall at different points of the
+    // scale-up (pods 1 to 4 are still to come).
+    for (i, name) in names.iter().enumerate() {
+        wait_for(
+            &format!("the first claim of {name}"),
+            Duration::from_secs(60),
+            || async { Ok((claims_named(&pvcs, name).await? >= 1).then_some(())) },
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(300 * i as u64)).await;
+        apps.delete(name, &DeleteParams::default()).await?;
+    }
+    for name in &names {
+        wait_for(
+            &format!("App {name} to be gone"),
+            Duration::from_secs(90),
+            || async { Ok(apps.get_opt(name).await?.is_none().then_some(())) },
+        )
+        .await?;
+    }
+    // The garbage collector removes what the Apps owned; give a StatefulSet that outlived its
+    // App the time to make another claim, as it did before the fix.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut left = Vec::new();
+    for name in &names {
+        let count = claims_named(&pvcs, name).await?;
+        if count > 0 {
+            left.push(format!("{name}: {count}"));
+        }
+    }
+    assert!(left.is_empty(), "claims left behind: {left:?}");
+    ns.delete().await
+}
+
+/// How many claims of App `name`'s StatefulSet (`data-<name>-<n>`, labelled or not) exist and
+/// are not being deleted.
+async fn claims_named(pvcs: &Api<PersistentVolumeClaim>, name: &str) -> anyhow::Result<usize> {
+    let prefix = format!("data-{name}-");
+    Ok(pvcs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .count())
 }
 
 /// How many claims labelled for App `app` exist and are not being deleted.

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::{
-    answers::{BackupDecision, HealthReport, HealthState, Plan},
+    answers::{BackupDecision, CleanupDecision, HealthReport, HealthState, Plan},
     object::PluginObject,
     observed::BACKUP_SLOT_LABEL,
     status::BackupStatus,
@@ -25,6 +25,7 @@ struct Script {
     backup: Option<(String, Value)>,
     expire: Vec<String>,
     fail_plan: bool,
+    cleanup: CleanupDecision,
     asked: Vec<String>,
 }
 
@@ -80,6 +81,13 @@ impl PluginCalls for Script {
             expire: self.expire.clone(),
             requeue_after: None,
         })
+    }
+    fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
+        self.asked.push("finalize".into());
+        if self.fail_plan {
+            return Err(Failure::new("PluginTrapped", "plugin p trapped: boom"));
+        }
+        Ok(self.cleanup.clone())
     }
 }
 
@@ -386,6 +394,9 @@ impl PluginCalls for SickHealth {
     }
     fn backup(&mut self, last: Option<&str>) -> Result<BackupDecision, Failure> {
         self.0.backup(last)
+    }
+    fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
+        self.0.finalize()
     }
 }
 

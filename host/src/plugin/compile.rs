@@ -19,20 +19,7 @@ use super::{
     sandbox::{CallState, CallTags},
 };
 
-/// What the plugin says about itself in `metadata`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PluginMetadata {
-    /// The plugin's name, e.g. `kvstore`.
-    pub name: String,
-    /// The plugin's own version.
-    pub version: String,
-    /// One line for people.
-    pub description: String,
-    /// Kinds the plugin plans (`apiVersion/kind`).
-    pub owns: Vec<String>,
-    /// Further kinds it wants to observe.
-    pub observes: Vec<String>,
-}
+pub use wasmop_core::answers::PluginMetadata;
 
 /// A plugin version ready to be called: compiled, linked, validated.
 pub struct CompiledPlugin {

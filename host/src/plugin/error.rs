@@ -137,8 +137,9 @@ pub enum CallError {
         #[source]
         source: super::budget::BudgetError,
     },
-    /// The guest answered, but with something the host will not use.
-    #[error("plugin {plugin} returned bad output from {interface}: {reason}")]
+    /// The guest answered, but with something the host will not use: an answer that breaks
+    /// one of [`wasmop_core::answers`]' rules, or a transfer over the call's limits.
+    #[error("{}", wasmop_core::answers::refusal(plugin, interface, reason))]
     BadOutput {
         /// Plugin name and digest.
         plugin: String,
@@ -182,7 +183,7 @@ impl CallError {
             Self::DeadlineExceeded { .. } => "DeadlineExceeded",
             Self::MemoryExceeded { .. } => "MemoryExceeded",
             Self::OverBudget { .. } => "MemoryBudget",
-            Self::BadOutput { .. } => "BadOutput",
+            Self::BadOutput { .. } => wasmop_core::answers::BAD_OUTPUT,
             Self::Refused { kind, .. } if kind == "invalid-config" => "InvalidConfig",
             Self::Refused { .. } => "PluginError",
             Self::Host { .. } => "HostError",

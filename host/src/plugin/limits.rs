@@ -13,7 +13,8 @@ pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 /// The pooling allocator reserves slots of this size; an App cannot ask for more.
 pub const MAX_MEMORY_BYTES: u64 = 256 << 20;
 /// A plan larger than this is a bug or an attack; the API server would refuse most of it anyway.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 << 20;
+/// The core's, which the SDK's `Fixture` holds answers to as well.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = wasmop_core::answers::DEFAULT_MAX_OUTPUT_BYTES;
 /// Components are a few hundred KiB to a couple of MiB (kvstore, at opt-level "s", is 0.9 MB):
 /// what a source may deliver unless the App's policy raises it (`maxComponentSize`).
 pub const DEFAULT_COMPONENT_BYTES: usize = 8 << 20;

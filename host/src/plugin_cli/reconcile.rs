@@ -241,6 +241,13 @@ impl wasmop_core::PluginCalls for CliCalls<'_> {
         );
         r.map_err(failure)
     }
+
+    fn finalize(&mut self) -> Result<wasmop_core::answers::CleanupDecision, wasmop_core::Failure> {
+        let r = self
+            .compiled
+            .call_finalize(self.engine, &self.limits, self.tags.clone(), self.cx);
+        r.map_err(failure)
+    }
 }
 
 fn failure(err: crate::plugin::CallError) -> wasmop_core::Failure {

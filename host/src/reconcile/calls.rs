@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use tokio::runtime::Handle;
 use wasmop_core::{
     Failure, PluginCalls,
-    answers::{BackupDecision, GateDecision, HealthReport, Plan},
+    answers::{BackupDecision, CleanupDecision, GateDecision, HealthReport, Plan},
 };
 
 use crate::plugin::{
@@ -110,5 +110,9 @@ impl PluginCalls for HostCalls {
         self.call("backup", move |p, e, l, t, cx| {
             p.call_backup(e, l, t, cx, last.as_deref())
         })
+    }
+
+    fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
+        self.call("finalize", |p, e, l, t, cx| p.call_finalize(e, l, t, cx))
     }
 }

@@ -1,167 +1,189 @@
-//! Deletion: the plugin's `finalize` decides which retained objects (claims) go with the App;
-//! owned objects go through their owner references. Runs behind the `wasmop.dev/cleanup`
-//! finalizer, which stays until the decision is carried out.
+//! Deletion, performed: reads what the deletion decision needs (the App's plugin as a reconcile
+//! finds it, its owned workloads from the caches, its claims listed from the API server just
+//! now), lets [`wasmop_core::decide_deletion`] decide, and carries the decision out: the
+//! workloads that make claims are deleted in the foreground first, the claims `finalize` chose
+//! after them. Runs behind the [`FINALIZER`](super::FINALIZER), which stays until a decision releases it.
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use k8s_openapi::{api::core::v1::PersistentVolumeClaim, jiff::Timestamp};
-use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
-use serde_json::Value;
-use wasmop_core::Event;
+use k8s_openapi::{
+    api::{apps::v1::StatefulSet, core::v1::PersistentVolumeClaim},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams},
+    runtime::controller::Action,
+};
+use wasmop_core::{
+    Deletion, Finalizer, Snapshot, decide::NoPlugin, decide_deletion, observed::ObservedObject,
+};
 
 use super::{
-    Context, Error, FINALIZER, app_key,
+    Context, Error, app_key,
+    calls::HostCalls,
     execute::publish,
-    prepare::{call_limits, governing},
+    fetch::APP_LABEL,
+    prepare::{Resolved, app_ref, call_limits, resolve_plugin},
 };
-use crate::{
-    app::App,
-    plugin::{Capability, input::AppContext, sandbox::CallTags, source::SourceRef},
-};
+use crate::{app::App, plugin::input::AppContext, write::before_write};
 
-/// Asks the plugin which retained objects (claims) to delete; owned objects go with
-/// the App through their owner references. Without a plugin or a `finalize` capability,
-/// everything retained is kept: losing data needs an explicit decision.
+/// Decides and performs one pass of deleting `app`. `Ok` releases the finalizer (kube's
+/// helper removes it next); an `Error::Waiting` keeps it and looks again soon.
 pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
-    ctx.failures.succeeded(&app_key(app));
+    let key = app_key(app);
     let namespace = app.namespace().unwrap_or_default();
-    let retained: Vec<Value> = ctx
-        .stores
-        .observe(&namespace, &app.name_any(), &app.uid().unwrap_or_default())
-        .into_iter()
-        .filter(|o| o.kind == "PersistentVolumeClaim")
-        .map(|o| o.json)
-        .collect();
-    let retained_names: Vec<String> = retained
-        .iter()
-        .filter_map(|o| {
-            o.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .collect();
-    // A refused namespace never loaded the App's plugin, and deleting the App must not load it
-    // either; a namespace not resolved yet is waited for.
-    let waiting = |message: String| Error::Waiting {
-        app: app_key(app),
-        message,
-    };
-    let policy = match governing(ctx, &namespace) {
-        None => return Err(waiting("the namespace's policy is not known yet".into())),
-        Some(Err(reason)) => {
-            let message = format!(
-                "kept {} retained objects without calling the plugin: {reason}",
-                retained.len()
-            );
-            publish(ctx, app, &Event::normal("Finalized", message)).await;
-            return Ok(Action::await_change());
-        }
-        Some(Ok(policy)) => policy,
-    };
-    // A source the policy refuses (another registry, an unsigned kind of source) is never
-    // loaded for the finalizer either: deleting an App must not be a way around the policy.
-    let source = SourceRef::from_spec(&namespace, &app.spec.plugin, &policy.rules.oci).ok();
-    if let Some(Err(reason)) = source.as_ref().map(|s| policy.rules.allows_source(s)) {
-        let message = format!(
-            "kept {} retained objects without calling the plugin: {reason} (under {})",
-            retained.len(),
-            policy.name
-        );
-        publish(ctx, app, &Event::normal("Finalized", message)).await;
-        return Ok(Action::await_change());
-    }
-    let state = source.as_ref().map(|s| {
-        // After a restart the registry is empty: load the plugin before deciding anything.
-        ctx.plugins.acquire(s, &namespace)
-    });
-    // The plugin decides what deletion does (retention): until it is loaded (as after every
-    // restart) or while its source fails, deletion waits rather than skipping `finalize`.
-    if let (Some(source), Some(state)) = (&source, &state)
-        && state.current.is_none()
-    {
-        let why = match &state.last_error {
-            None => format!("plugin {source} is loading"),
-            Some(err) => format!(
-                "plugin {source} cannot be loaded ({}): {err}; remove the finalizer \
-                 {FINALIZER} to delete without it",
-                err.reason()
-            ),
-        };
-        if state.last_error.is_some() {
-            publish(ctx, app, &Event::warning("FinalizeWaiting", why.clone())).await;
-        }
-        return Err(waiting(why));
-    }
-    let loaded = state.and_then(|s| s.current);
-    let Some(loaded) = loaded.filter(|l| l.compiled.capabilities.contains(&Capability::Finalize))
-    else {
-        let note = format!(
-            "kept {} retained objects (no finalize decision)",
-            retained.len()
-        );
-        publish(ctx, app, &Event::normal("Finalized", note)).await;
-        return Ok(Action::await_change());
-    };
-    let input = AppContext::new(app, &retained, Timestamp::now().as_millisecond());
-    let tg = CallTags {
-        plugin: loaded.compiled.label(),
-        app: app_key(app),
-    };
-    // The App's own limits hold for finalize as for every other call.
-    let limits = call_limits(app, &loaded);
-    let decision = loaded
-        .run("finalize", &namespace, limits.memory_bytes, move |p, e| {
-            p.call_finalize(e, &limits, tg, &input)
-        })
-        .await;
-    let decision = match decision {
-        Ok(decision) => decision,
-        Err(err) => {
-            // Keep the finalizer: deleting data on a plugin fault would be worse than waiting.
-            let note = format!(
-                "{err}; deletion waits for finalize (raise spec.limits if it needs more time, or \
-                 remove the finalizer {FINALIZER} to delete without it)"
-            );
-            publish(ctx, app, &Event::warning("FinalizeFailed", note)).await;
-            return Err(Error::Finalizer {
-                app: app_key(app),
-                message: err.to_string(),
+    let (plugin, loaded) = match resolve_plugin(app, ctx, &namespace) {
+        Resolved::PolicyUnknown => {
+            return Err(Error::Waiting {
+                app: key,
+                message: "the namespace's policy is not known yet".into(),
             });
+        }
+        Resolved::Holding(plugin) => (plugin, None),
+        Resolved::Serving { plugin, loaded, .. } => (plugin, Some(loaded)),
+    };
+    let app_ref = app_ref(app);
+    let mut observed = ctx.stores.observe(&namespace, &app_ref.name, &app_ref.uid);
+    // The claims as the API server has them now, not as the cache last saw them: a claim a
+    // workload made just before it stopped must be among those `finalize` decides about.
+    observed.retain(|o| !(o.api_version == "v1" && o.kind == "PersistentVolumeClaim"));
+    let claims = list_claims(ctx, &namespace, &app_ref.name, &app_ref.uid)
+        .await
+        .map_err(|source| Error::Kube {
+            app: key.clone(),
+            what: "listing the App's claims".into(),
+            source,
+        })?;
+    let retained: Vec<serde_json::Value> = claims.iter().map(|c| c.json.clone()).collect();
+    observed.extend(claims);
+    let now = Timestamp::now();
+    let snapshot = Snapshot {
+        app: app_ref,
+        desired_version: app.spec.version.clone(),
+        previous: app.status.clone().unwrap_or_default(),
+        observed,
+        now,
+        plugin,
+    };
+    let deletion = match loaded {
+        None => decide_deletion(&snapshot, &mut NoPlugin),
+        Some(loaded) => {
+            let input = AppContext::new(app, &retained, now.as_millisecond());
+            // The App's own limits hold for finalize as for every other call.
+            let limits = call_limits(app, &loaded);
+            let mut calls = HostCalls::new(
+                loaded,
+                Arc::new(input),
+                limits,
+                namespace.clone(),
+                key.clone(),
+            );
+            // The plugin call blocks (it waits for its sandbox thread).
+            tokio::task::spawn_blocking(move || decide_deletion(&snapshot, &mut calls))
+                .await
+                .map_err(|err| Error::Internal {
+                    app: key.clone(),
+                    message: format!("the deletion's decision did not finish: {err}"),
+                })?
         }
     };
     tracing::info!(
-        app = %app_key(app),
-        delete = ?decision.delete.iter().map(|o| &o.name).collect::<Vec<_>>(),
-        keep = ?decision.keep.iter().map(|o| &o.name).collect::<Vec<_>>(),
-        "finalize decision"
+        app = %key,
+        stop = ?deletion.stop.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        delete = ?deletion.delete.iter().map(|k| &k.name).collect::<Vec<_>>(),
+        finalizer = ?deletion.finalizer,
+        "deletion decision"
     );
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut deleted = Vec::new();
-    // Only what the plugin was shown: a decision cannot reach another App's or a user's claims.
-    let offered: BTreeSet<&str> = retained_names.iter().map(String::as_str).collect();
-    for object in decision
-        .delete
-        .iter()
-        .filter(|o| o.kind == "PersistentVolumeClaim" && offered.contains(o.name.as_str()))
-    {
-        crate::write::before_write("delete", "PersistentVolumeClaim");
-        match pvcs.delete(&object.name, &DeleteParams::background()).await {
-            Ok(_) => deleted.push(object.name.clone()),
+    perform(app, ctx, &namespace, deletion).await
+}
+
+/// The claims labelled with the App, listed from the API server.
+async fn list_claims(
+    ctx: &Context,
+    namespace: &str,
+    app: &str,
+    uid: &str,
+) -> Result<Vec<ObservedObject>, kube::Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let listed = api
+        .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
+        .await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|claim| {
+            let mut json = serde_json::to_value(claim).ok()?;
+            if let Some(map) = json.as_object_mut() {
+                map.insert("apiVersion".into(), "v1".into());
+                map.insert("kind".into(), "PersistentVolumeClaim".into());
+            }
+            ObservedObject::from_value(json, uid)
+        })
+        .collect())
+}
+
+/// Carries out `deletion`: the workloads first (in the foreground: each is gone only once its
+/// pods are), then the claims, then the events; the finalizer as the decision says.
+async fn perform(
+    app: &App,
+    ctx: &Context,
+    namespace: &str,
+    deletion: Deletion,
+) -> Result<Action, Error> {
+    let key = app_key(app);
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    for workload in &deletion.stop {
+        // The core stops only StatefulSets (the workloads that make claims).
+        if (workload.api_version.as_str(), workload.kind.as_str()) != ("apps/v1", "StatefulSet") {
+            return Err(Error::Internal {
+                app: key,
+                message: format!("the deletion asked to stop {workload}, which is no StatefulSet"),
+            });
+        }
+        before_write("delete", &workload.kind);
+        match sets
+            .delete(&workload.name, &DeleteParams::foreground())
+            .await
+        {
+            Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => {
                 return Err(Error::Kube {
-                    app: app_key(app),
-                    what: format!("deleting claim {}", object.name),
+                    app: key,
+                    what: format!("deleting {workload}"),
                     source,
                 });
             }
         }
     }
-    let note = format!(
-        "deleted claims [{}], kept {}",
-        deleted.join(", "),
-        decision.keep.len()
-    );
-    publish(ctx, app, &Event::normal("Finalized", note)).await;
-    Ok(Action::await_change())
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    for claim in &deletion.delete {
+        before_write("delete", "PersistentVolumeClaim");
+        match pvcs.delete(&claim.name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    app: key,
+                    what: format!("deleting claim {}", claim.name),
+                    source,
+                });
+            }
+        }
+    }
+    for event in &deletion.events {
+        publish(ctx, app, event).await;
+    }
+    match deletion.finalizer {
+        Finalizer::Release => {
+            ctx.failures.succeeded(&key);
+            Ok(Action::await_change())
+        }
+        Finalizer::Wait(message) => {
+            ctx.failures.succeeded(&key);
+            Err(Error::Waiting { app: key, message })
+        }
+        Finalizer::Retry(message) => Err(Error::Finalizer { app: key, message }),
+    }
 }

@@ -41,8 +41,8 @@ use crate::{
 
 pub use wasmop_core::decide::{RESYNC, SHORT_REQUEUE};
 
-/// The finalizer that guards an App's cleanup.
-pub const FINALIZER: &str = "wasmop.dev/cleanup";
+/// The finalizer that guards an App's cleanup (the decision core's: deletion is decided there).
+pub const FINALIZER: &str = wasmop_core::deletion::FINALIZER;
 
 /// What every reconcile needs.
 pub struct Context {

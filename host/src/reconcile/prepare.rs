@@ -117,6 +117,70 @@ pub fn call_limits(app: &App, loaded: &LoadedPlugin) -> CallLimits {
     limits
 }
 
+/// Which plugin serves an App, as a reconcile and a deletion both find it.
+pub enum Resolved {
+    /// The namespace's policy is not known yet: decide nothing.
+    PolicyUnknown,
+    /// The plugin cannot be called (refused, loading, broken), and why.
+    Holding(PluginState),
+    /// A version serves the App, under the namespace's policy.
+    Serving {
+        /// `PluginState::Serving`.
+        plugin: PluginState,
+        /// The plugin.
+        loaded: Arc<LoadedPlugin>,
+        /// The namespace's policy.
+        governing: Governing,
+    },
+}
+
+/// The App's plugin: the policy first (an App its namespace refuses does not even load its
+/// plugin), then the source (one the policy does not allow is never fetched), then what the
+/// registry of loaded plugins holds of it.
+pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
+    let refused = |reason: &'static str, message: String| {
+        Resolved::Holding(PluginState::Refused { reason, message })
+    };
+    let governing = match governing(ctx, namespace) {
+        None => return Resolved::PolicyUnknown,
+        Some(Ok(governing)) => governing,
+        Some(Err(reason)) => return refused("NamespaceRefused", reason),
+    };
+    let source = match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.oci) {
+        Ok(source) => source,
+        Err(message) => return refused("InvalidSource", message),
+    };
+    if let Err(reason) = governing.rules.allows_source(&source) {
+        return refused(
+            "SourceRefused",
+            format!("{reason} (under {})", governing.name),
+        );
+    }
+    let state = ctx.plugins.acquire(&source, namespace);
+    let Some(loaded) = state.current.clone() else {
+        return Resolved::Holding(match &state.last_error {
+            Some(err) => PluginState::Broken {
+                reason: err.reason(),
+                message: err.to_string(),
+            },
+            None => PluginState::Loading {
+                message: format!("loading plugin {source}"),
+            },
+        });
+    };
+    let plugin = PluginState::Serving {
+        label: loaded.compiled.label(),
+        status: plugin_status(&loaded),
+        newer_refused: state.last_error.as_ref().map(ToString::to_string),
+        uncached: loaded.compiled.uncached.clone(),
+    };
+    Resolved::Serving {
+        plugin,
+        loaded,
+        governing,
+    }
+}
+
 /// Reads what the decision for `app` needs.
 pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
     let app_ref = app_ref(app);
@@ -128,48 +192,15 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         now: Timestamp::now(),
         plugin,
     };
-    let refused = |reason: &'static str, message: String| {
-        Prepared::Holding(snapshot(
-            PluginState::Refused { reason, message },
-            Vec::new(),
-        ))
-    };
     let namespace = &app_ref.namespace;
-    // The policy comes first: an App its namespace refuses does not even load its plugin.
-    let governing = match governing(ctx, namespace) {
-        None => return Prepared::PolicyUnknown,
-        Some(Ok(governing)) => governing,
-        Some(Err(reason)) => return refused("NamespaceRefused", reason),
-    };
-    let source = match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.oci) {
-        Ok(source) => source,
-        Err(message) => return refused("InvalidSource", message),
-    };
-    // A source the policy does not allow is never fetched.
-    if let Err(reason) = governing.rules.allows_source(&source) {
-        return refused(
-            "SourceRefused",
-            format!("{reason} (under {})", governing.name),
-        );
-    }
-    let state = ctx.plugins.acquire(&source, namespace);
-    let Some(loaded) = state.current.clone() else {
-        let plugin = match &state.last_error {
-            Some(err) => PluginState::Broken {
-                reason: err.reason(),
-                message: err.to_string(),
-            },
-            None => PluginState::Loading {
-                message: format!("loading plugin {source}"),
-            },
-        };
-        return Prepared::Holding(snapshot(plugin, Vec::new()));
-    };
-    let plugin = PluginState::Serving {
-        label: loaded.compiled.label(),
-        status: plugin_status(&loaded),
-        newer_refused: state.last_error.as_ref().map(ToString::to_string),
-        uncached: loaded.compiled.uncached.clone(),
+    let (plugin, loaded, governing) = match resolve_plugin(app, ctx, namespace) {
+        Resolved::PolicyUnknown => return Prepared::PolicyUnknown,
+        Resolved::Holding(plugin) => return Prepared::Holding(snapshot(plugin, Vec::new())),
+        Resolved::Serving {
+            plugin,
+            loaded,
+            governing,
+        } => (plugin, loaded, governing),
     };
 
     let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);

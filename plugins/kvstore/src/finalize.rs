@@ -102,4 +102,36 @@ mod tests {
             .expect("decides");
         assert_eq!(decision, FinalizeDecision::default());
     }
+
+    /// Deleting the App runs as the host runs it: the StatefulSet that makes the claims stops
+    /// first (a claim deleted under it would come back), and `finalize` decides once it is gone.
+    #[test]
+    fn deletion_stops_the_statefulset_before_finalize_decides() {
+        use wasmop_sdk::testing::core::Finalizer;
+
+        let app = fixtures::app_with_config(json!({"retention": "Delete"}));
+        let running = Fixture::new(app.clone())
+            .observe(fixtures::STATEFULSET_READY)
+            .observe_list(fixtures::PVCS);
+        let first = running.delete::<Kvstore>().expect("decides");
+        let stopped: Vec<String> = first.stop.iter().map(ToString::to_string).collect();
+        assert_eq!(stopped, ["StatefulSet/cache"]);
+        assert!(
+            first.delete.is_empty(),
+            "claims deleted under a running set"
+        );
+        assert!(matches!(first.finalizer, Finalizer::Wait(_)));
+
+        let gone = Fixture::new(app)
+            .observe_list(fixtures::PVCS)
+            .delete::<Kvstore>()
+            .expect("decides");
+        let deleted: Vec<&str> = gone.delete.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(deleted, ["data-cache-0", "data-cache-1", "data-cache-2"]);
+        assert_eq!(gone.finalizer, Finalizer::Release);
+        assert_eq!(
+            gone.events[0].note,
+            "deleted claims [data-cache-0, data-cache-1, data-cache-2], kept 3"
+        );
+    }
 }

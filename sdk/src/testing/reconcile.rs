@@ -1,44 +1,86 @@
-//! [`Fixture::reconcile`]: the host's whole reconcile, natively. The decision core the host
+//! [`Fixture::reconcile`] and [`Fixture::delete`]: the host's whole reconcile and deletion,
+//! natively. The decision core the host
 //! runs (`wasmop_core::decide`) calls the plugin's traits directly, through the same parsing
 //! and serialization as the component, so a test sees the objects the host would apply
 //! (stamped with its labels and owner reference), what it would prune, the backup Job, the
-//! status with its conditions, the Events and the requeue.
+//! status with its conditions, the Events and the requeue. Every answer is held to the host's
+//! rules on answers ([`super::answers`]): one the host would refuse makes the decision the
+//! host's for it (`Degraded`, reason `BadOutput`, the host's message).
 //!
 //! What stays with the host: the namespace's PluginPolicy. Here every planned object gets the
 //! App's namespace and one naming another namespace is refused; pod security, the allowed kinds
 //! and sizes are checked by `wasmop plugin run` (with `--policy`) and by the host.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use serde_json::Value;
 use wasmop_core::{
-    Decision, Failure, PlanCheck, PluginCalls, Snapshot,
+    Decision, Deletion, Failure, PlanCheck, PluginCalls, Snapshot,
     answers::{self, GateDecision},
     capability::Capability as CoreCapability,
     decide::{self, PluginState},
+    decide_deletion,
     object::PluginObject,
     observed::{ObservedObject, visible_to},
     stamp::AppRef,
     status::{AppStatus, PluginStatus},
 };
 
-use super::Fixture;
+use super::{Fixture, answers as rules};
 use crate::error::{Error, ErrorKind};
-use crate::health::{ConditionStatus, HealthState};
 use crate::runtime::{Exported, Native};
-use crate::upgrade::UpgradeDecision;
 
 impl Fixture {
-    /// Runs one reconcile of the App as the host would (see the [module docs](self)): the
-    /// App's `status` is the previous status, the observed objects are the cluster, the clock
-    /// is [`Fixture::now`].
+    /// Runs one reconcile of the App as the host would (see the module docs of
+    /// `sdk/src/testing/reconcile.rs`): the App's `status` is the previous status, the observed
+    /// objects are the cluster, the clock is [`Fixture::now`].
     ///
     /// # Errors
-    /// When the App JSON is not an App (no name, a status the host could not have written).
-    /// A plugin error is not an `Err`: the decision holds it, as the host's status would
-    /// (`Degraded`, reason and message), with `requeue: Backoff`.
+    /// When the App JSON is not an App (no name, a status the host could not have written), or
+    /// the plugin's metadata is one the host would refuse to load (`BadOutput`). A plugin error
+    /// or an answer the host would refuse is not an `Err`: the decision holds it, as the host's
+    /// status would (`Degraded`, reason and message), with `requeue: Backoff`.
     pub fn reconcile<P: Exported>(&self) -> Result<Decision, Error> {
+        let (snapshot, owns, observes) = self.snapshot::<P>()?;
+        let capabilities = capabilities::<P>();
+        let visible: Vec<String> = visible_to(
+            &snapshot.observed,
+            &owns,
+            &observes,
+            capabilities.contains(&CoreCapability::Backup),
+        )
+        .map(|o| o.json.to_string())
+        .collect();
+        let mut calls = NativeCalls::of::<P>(self.app.clone(), visible, self.now_ms);
+        let check = NamespaceCheck {
+            namespace: snapshot.app.namespace.clone(),
+        };
+        Ok(decide::decide(&snapshot, &mut calls, &check))
+    }
+
+    /// Runs one pass of deleting the App as the host would ([`wasmop_core::deletion`]): the
+    /// observed objects are the cluster (the App's claims among them, which `finalize` is
+    /// shown), the clock is [`Fixture::now`]. A StatefulSet of the App that makes claims is
+    /// stopped first, and `finalize` is asked only once none is left: carry a decision out
+    /// with the observed objects it stops removed, and delete again.
+    ///
+    /// # Errors
+    /// As [`Fixture::reconcile`].
+    pub fn delete<P: Exported>(&self) -> Result<Deletion, Error> {
+        let (snapshot, _, _) = self.snapshot::<P>()?;
+        let retained: Vec<String> = snapshot
+            .observed
+            .iter()
+            .filter(|o| o.api_version == "v1" && o.kind == "PersistentVolumeClaim")
+            .map(|o| o.json.to_string())
+            .collect();
+        let mut calls = NativeCalls::of::<P>(self.app.clone(), retained, self.now_ms);
+        Ok(decide_deletion(&snapshot, &mut calls))
+    }
+
+    /// The snapshot the host would read for the App: its identity and status, the observed
+    /// objects, the plugin serving; with the plugin's declared `owns` and `observes`.
+    fn snapshot<P: Exported>(&self) -> Result<(Snapshot, Vec<String>, Vec<String>), Error> {
         let app: Value = serde_json::from_str(&self.app)
             .map_err(|e| Error::invalid_input(format!("the App is not JSON: {e}")))?;
         let text = |p: &str| app.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -64,34 +106,17 @@ impl Fixture {
             .filter_map(|o| ObservedObject::from_value(o, &app_ref.uid))
             .collect();
         let metadata = P::metadata();
-        let kinds = |refs: &[crate::metadata::KindRef]| -> Vec<String> {
-            refs.iter()
-                .map(|k| format!("{}/{}", k.api_version, k.kind))
-                .collect()
-        };
-        let (owns, observes) = (kinds(&metadata.owns), kinds(&metadata.observes));
-        let capabilities: BTreeSet<CoreCapability> = P::CAPABILITIES
-            .iter()
-            .filter_map(|c| CoreCapability::from_interface(c.as_str()))
-            .collect();
-        let visible: Vec<String> = visible_to(
-            &observed,
-            &owns,
-            &observes,
-            capabilities.contains(&CoreCapability::Backup),
-        )
-        .map(|o| o.json.to_string())
-        .collect();
-        let label = format!("{}@{}", metadata.name, metadata.version);
+        let checked = rules::metadata(&metadata).map_err(rules::refused::<P>("metadata"))?;
+        let capabilities = capabilities::<P>();
         let snapshot = Snapshot {
-            app: app_ref.clone(),
+            app: app_ref,
             desired_version: self.target(),
             previous,
             observed,
             now: k8s_openapi::jiff::Timestamp::from_millisecond(self.now_ms)
                 .map_err(|e| Error::invalid_input(format!("now: {e}")))?,
             plugin: PluginState::Serving {
-                label: label.clone(),
+                label: rules::label(&metadata),
                 status: PluginStatus {
                     reference: "fixture".into(),
                     digest: "native".into(),
@@ -106,11 +131,7 @@ impl Fixture {
                 uncached: None,
             },
         };
-        let mut calls = NativeCalls::of::<P>(self.app.clone(), visible, self.now_ms);
-        let check = NamespaceCheck {
-            namespace: app_ref.namespace,
-        };
-        Ok(decide::decide(&snapshot, &mut calls, &check))
+        Ok((snapshot, checked.owns, checked.observes))
     }
 
     /// The fixture as the cluster would be once `decision` was carried out: the App's status
@@ -210,15 +231,17 @@ impl NativeCalls {
         let metadata = P::metadata();
         NativeCalls {
             native: P::NATIVE,
-            capabilities: P::CAPABILITIES
-                .iter()
-                .filter_map(|c| CoreCapability::from_interface(c.as_str()))
-                .collect(),
+            capabilities: capabilities::<P>(),
             app,
             observed,
             now_ms,
-            label: format!("{}@{}", metadata.name, metadata.version),
+            label: rules::label(&metadata),
         }
+    }
+
+    /// The host's view of an answer it refuses: `BadOutput`, in its words.
+    fn bad(&self, interface: &'static str) -> impl FnOnce(answers::AnswerError) -> Failure + '_ {
+        move |err| rules::failure(&self.label, interface, &err)
     }
 
     /// The host's view of a plugin error: `InvalidConfig` or `PluginError`, naming the field.
@@ -249,11 +272,6 @@ impl NativeCalls {
     }
 }
 
-fn object(label: &str, text: &str) -> Result<PluginObject, Failure> {
-    PluginObject::parse(text)
-        .map_err(|e| Failure::new("BadOutput", format!("plugin {label}: an object {e}")))
-}
-
 impl PluginCalls for NativeCalls {
     fn capabilities(&self) -> &BTreeSet<CoreCapability> {
         &self.capabilities
@@ -269,11 +287,7 @@ impl PluginCalls for NativeCalls {
             self.now_ms,
         )
         .map_err(|e| self.refused("upgrade", e))?;
-        Ok(match decision {
-            UpgradeDecision::Allow => GateDecision::Allow,
-            UpgradeDecision::Wait(reason) => GateDecision::Wait(reason),
-            UpgradeDecision::Deny(reason) => GateDecision::Deny(reason),
-        })
+        rules::gate(&decision).map_err(self.bad("upgrade"))
     }
 
     fn plan(&mut self, current: Option<&str>, target: &str) -> Result<answers::Plan, Failure> {
@@ -286,14 +300,7 @@ impl PluginCalls for NativeCalls {
             self.now_ms,
         )
         .map_err(|e| self.refused("spec-diff", e))?;
-        Ok(answers::Plan {
-            objects: raw
-                .objects
-                .iter()
-                .map(|o| object(&self.label, o))
-                .collect::<Result<_, _>>()?,
-            requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
-        })
+        rules::plan(&raw).map_err(self.bad("spec-diff"))
     }
 
     fn health(&mut self, version: &str) -> Result<answers::HealthReport, Failure> {
@@ -305,29 +312,7 @@ impl PluginCalls for NativeCalls {
             self.now_ms,
         )
         .map_err(|e| self.refused("health", e))?;
-        Ok(answers::HealthReport {
-            state: match report.state {
-                HealthState::Healthy => answers::HealthState::Healthy,
-                HealthState::Progressing => answers::HealthState::Progressing,
-                HealthState::Degraded => answers::HealthState::Degraded,
-            },
-            conditions: report
-                .conditions
-                .into_iter()
-                .map(|c| answers::PluginCondition {
-                    type_: c.condition_type,
-                    status: match c.status {
-                        ConditionStatus::True => "True",
-                        ConditionStatus::False => "False",
-                        ConditionStatus::Unknown => "Unknown",
-                    },
-                    reason: c.reason,
-                    message: c.message,
-                })
-                .collect(),
-            message: report.message,
-            rollout_complete: report.rollout_complete,
-        })
+        rules::health(&report).map_err(self.bad("health"))
     }
 
     fn backup(&mut self, last_completed: Option<&str>) -> Result<answers::BackupDecision, Failure> {
@@ -339,15 +324,26 @@ impl PluginCalls for NativeCalls {
             self.now_ms,
         )
         .map_err(|e| self.refused("backup", e))?;
-        Ok(answers::BackupDecision {
-            run: match raw.run {
-                Some((slot, job)) => Some((slot, object(&self.label, &job)?)),
-                None => None,
-            },
-            expire: raw.expire,
-            requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
-        })
+        rules::backup(raw).map_err(self.bad("backup"))
     }
+
+    fn finalize(&mut self) -> Result<answers::CleanupDecision, Failure> {
+        let cleanup = self
+            .native
+            .cleanup
+            .ok_or_else(|| self.missing("finalize"))?;
+        let raw = cleanup(&self.app, self.observed.clone(), self.now_ms)
+            .map_err(|e| self.refused("finalize", e))?;
+        rules::cleanup(&raw).map_err(self.bad("finalize"))
+    }
+}
+
+/// The capabilities `P` exports, as the decision core names them.
+fn capabilities<P: Exported>() -> BTreeSet<CoreCapability> {
+    P::CAPABILITIES
+        .iter()
+        .filter_map(|c| CoreCapability::from_interface(c.as_str()))
+        .collect()
 }
 
 /// The part of the host's guard that needs no policy: objects land in the App's namespace.

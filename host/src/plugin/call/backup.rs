@@ -1,4 +1,4 @@
-//! `backup.schedule`: a slot and its Job, slots to expire, checked as DNS-label-safe.
+//! `backup.schedule`: a slot and its Job, slots to expire ([`answers::check_backup`]).
 
 use super::*;
 
@@ -32,39 +32,12 @@ impl CompiledPlugin {
             },
         )?;
         let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
-        if decision.expire.len() > MAX_LISTED {
-            return Err(self.bad(
-                capability,
-                format!(
-                    "{} slots to expire; at most {MAX_LISTED} per call",
-                    decision.expire.len()
-                ),
-            ));
-        }
-        for slot in decision
-            .expire
-            .iter()
-            .chain(decision.run.as_ref().map(|r| &r.slot))
-        {
-            if !is_slot(slot) {
-                return Err(self.bad(
-                    capability,
-                    format!("slot {slot:?} must be 1 to 40 lower-case letters, digits and '-'"),
-                ));
-            }
-        }
-        let run = match decision.run {
-            Some(run) => {
-                let mut job =
-                    self.parse_objects(capability, limits, std::slice::from_ref(&run.job))?;
-                job.pop().map(|job| (run.slot, job))
-            }
-            None => None,
-        };
-        Ok(BackupDecision {
-            run,
-            expire: decision.expire,
-            requeue_after: decision.requeue_after.map(Duration::from_millis),
-        })
+        answers::check_backup(
+            decision.run.map(|run| (run.slot, run.job)),
+            decision.expire,
+            decision.requeue_after.map(Duration::from_millis),
+            limits.max_output_bytes,
+        )
+        .map_err(|err| self.bad(capability.interface(), err))
     }
 }

@@ -1,4 +1,5 @@
-//! `finalize.cleanup`: which retained objects to delete and which to keep.
+//! `finalize.cleanup`: which retained objects to delete and which to keep
+//! ([`answers::check_cleanup`]).
 
 use super::*;
 
@@ -30,28 +31,17 @@ impl CompiledPlugin {
             },
         )?;
         let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
-        let listed = decision.delete.len() + decision.keep.len();
-        if listed > MAX_LISTED {
-            return Err(self.bad(
-                capability,
-                format!("{listed} objects to delete or keep; at most {MAX_LISTED}"),
-            ));
-        }
-        let size: usize = decision
-            .delete
-            .iter()
-            .chain(&decision.keep)
-            .map(|r| r.api_version.len() + r.kind.len() + r.name.len())
-            .sum();
-        self.check_size(capability, limits, size)?;
         let convert = |r: guest::finalize::ObjectRef| ObjectRef {
             api_version: r.api_version,
             kind: r.kind,
             name: r.name,
         };
-        Ok(CleanupDecision {
+        let decision = CleanupDecision {
             delete: decision.delete.into_iter().map(convert).collect(),
             keep: decision.keep.into_iter().map(convert).collect(),
-        })
+        };
+        answers::check_cleanup(&decision, limits.max_output_bytes)
+            .map_err(|err| self.bad(capability.interface(), err))?;
+        Ok(decision)
     }
 }

@@ -1,10 +1,7 @@
-//! `health.check`: the report, its conditions checked (CamelCase, no host-reserved types, at
-//! most [`MAX_CONDITIONS`]).
+//! `health.check`: the report, its conditions checked ([`answers::check_health`]: CamelCase,
+//! no host-reserved types, at most [`answers::MAX_CONDITIONS`]).
 
 use super::*;
-
-/// Most conditions a health report may carry beside the host's own.
-pub const MAX_CONDITIONS: usize = 16;
 
 impl CompiledPlugin {
     /// Calls `health.check`.
@@ -37,48 +34,7 @@ impl CompiledPlugin {
             },
         )?;
         let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
-        let size = report.message.len()
-            + report
-                .conditions
-                .iter()
-                .map(|c| c.condition_type.len() + c.reason.len() + c.message.len())
-                .sum::<usize>();
-        self.check_size(capability, limits, size)?;
-        // Each condition is written into the App's status on every change; with the messages
-        // cut to 1 KiB, this bounds a status to a few tens of KiB whatever the plugin says.
-        if report.conditions.len() > MAX_CONDITIONS {
-            return Err(self.bad(
-                capability,
-                format!(
-                    "{} conditions; at most {MAX_CONDITIONS}",
-                    report.conditions.len()
-                ),
-            ));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for c in &report.conditions {
-            if RESERVED_CONDITIONS.contains(&c.condition_type.as_str())
-                || !seen.insert(&c.condition_type)
-            {
-                return Err(self.bad(
-                    capability,
-                    format!(
-                        "condition type {:?} is the host's or repeated",
-                        c.condition_type
-                    ),
-                ));
-            }
-            if !is_camel_case(&c.condition_type) || !is_camel_case(&c.reason) {
-                return Err(self.bad(
-                    capability,
-                    format!(
-                        "condition type {:?} and reason {:?} must be CamelCase words",
-                        c.condition_type, c.reason
-                    ),
-                ));
-            }
-        }
-        Ok(HealthReport {
+        let report = HealthReport {
             state: match report.state {
                 State::Healthy => HealthState::Healthy,
                 State::Progressing => HealthState::Progressing,
@@ -100,6 +56,9 @@ impl CompiledPlugin {
                 .collect(),
             message: report.message,
             rollout_complete: report.rollout_complete,
-        })
+        };
+        answers::check_health(&report, limits.max_output_bytes)
+            .map_err(|err| self.bad(capability.interface(), err))?;
+        Ok(report)
     }
 }

@@ -1,4 +1,5 @@
-//! `metadata.get`: the smoke test at load, and what the plugin says about itself.
+//! `metadata.get`: the smoke test at load, and what the plugin says about itself
+//! ([`answers::check_metadata`]).
 
 use super::*;
 
@@ -36,31 +37,7 @@ impl CompiledPlugin {
             owns: info.owns.iter().map(kind).collect(),
             observes: info.observes.iter().map(kind).collect(),
         };
-        let too_long = [
-            ("version", metadata.version.len(), 64),
-            ("description", metadata.description.len(), 1024),
-            ("owns", metadata.owns.len(), MAX_LISTED),
-            ("observes", metadata.observes.len(), MAX_LISTED),
-        ]
-        .into_iter()
-        .find(|(_, len, max)| len > max);
-        if let Some((field, len, max)) = too_long {
-            return Err(CallError::BadOutput {
-                plugin: self.label(),
-                interface: "metadata",
-                reason: format!("metadata {field} has {len} bytes or entries; at most {max}"),
-            });
-        }
-        if metadata.name.is_empty() || metadata.name.len() > 63 {
-            return Err(CallError::BadOutput {
-                plugin: self.label(),
-                interface: "metadata",
-                reason: format!(
-                    "metadata name {:?} must be 1 to 63 characters",
-                    metadata.name
-                ),
-            });
-        }
+        answers::check_metadata(&metadata).map_err(|err| self.bad("metadata", err))?;
         Ok((metadata, claimed))
     }
 }

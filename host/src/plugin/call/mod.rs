@@ -1,25 +1,27 @@
 //! Evaluate: one call of one capability, in a fresh Store with its deadline and memory cap, and
-//! the host's checks on what comes back (sizes, JSON shape) before anyone uses it.
+//! the checks on what comes back before anyone uses it: the rules of
+//! [`wasmop_core::answers`] (sizes, JSON shape, condition types...), which the SDK's `Fixture`
+//! applies too, held to this call's output cap.
 //!
 //! The canonical ABI lets a guest return a list whose entries all point at the same bytes: a
 //! 64 MiB guest can return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy. So
 //! every Store carries wasmtime's hostcall fuel, set to `CallLimits::transfer_bytes`: one lift
 //! (a result, or the arguments of one import call) may not copy more, counting every entry
 //! however the entries alias. What passes is then held to the output cap and to a count per
-//! list, here.
+//! list, by the answer rules.
 
 use std::{collections::BTreeSet, time::Duration};
 
+use wasmop_core::answers::{self, AnswerError, PluginMetadata};
 use wasmtime::{Store, Trap, component::Instance};
 
 use super::{
     CallError, Capability,
     bindings::exports::wasmop::plugin as guest,
-    compile::{CompiledPlugin, PluginMetadata},
+    compile::CompiledPlugin,
     engine::PluginEngine,
     input::AppContext,
     limits::CallLimits,
-    object::PluginObject,
     sandbox::{CallState, CallTags},
 };
 
@@ -146,48 +148,13 @@ impl CompiledPlugin {
         )
     }
 
-    fn bad(&self, capability: Capability, reason: String) -> CallError {
+    /// The answer to `interface` broke one of the answer rules.
+    fn bad(&self, interface: &'static str, err: AnswerError) -> CallError {
         CallError::BadOutput {
             plugin: self.label(),
-            interface: capability.interface(),
-            reason,
+            interface,
+            reason: err.to_string(),
         }
-    }
-
-    fn check_size(
-        &self,
-        capability: Capability,
-        limits: &CallLimits,
-        size: usize,
-    ) -> Result<(), CallError> {
-        if size > limits.max_output_bytes {
-            return Err(self.bad(
-                capability,
-                format!(
-                    "{size} bytes of output is over the {} byte cap",
-                    limits.max_output_bytes
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks the objects the plugin returned as JSON text (see [`PluginObject::parse`]).
-    fn parse_objects(
-        &self,
-        capability: Capability,
-        limits: &CallLimits,
-        texts: &[String],
-    ) -> Result<Vec<PluginObject>, CallError> {
-        self.check_size(capability, limits, texts.iter().map(String::len).sum())?;
-        texts
-            .iter()
-            .enumerate()
-            .map(|(index, text)| {
-                PluginObject::parse(text)
-                    .map_err(|reason| self.bad(capability, format!("object {index} {reason}")))
-            })
-            .collect()
     }
 }
 
@@ -213,53 +180,4 @@ fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
             limits.transfer_bytes()
         )
     })
-}
-
-/// Most entries in any list a plugin returns besides a plan's objects (kinds in metadata, slots
-/// to expire, objects to delete or keep): a plugin of one App has no use for more.
-const MAX_LISTED: usize = 64;
-
-/// Condition types the host writes itself; a plugin's own conditions must use other names.
-const RESERVED_CONDITIONS: [&str; 5] = [
-    "PluginReady",
-    "Available",
-    "Progressing",
-    "Degraded",
-    "UpgradeGated",
-];
-
-fn is_camel_case(text: &str) -> bool {
-    text.len() <= 128
-        && text.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-        && text.chars().all(|c| c.is_ascii_alphanumeric())
-}
-
-fn is_slot(slot: &str) -> bool {
-    (1..=40).contains(&slot.len())
-        && slot
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !slot.starts_with('-')
-        && !slot.ends_with('-')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_are_dns_label_safe() {
-        assert!(is_slot("20261202-060000"));
-        assert!(!is_slot("2026-12-02T06:00:00Z"));
-        assert!(!is_slot(""));
-        assert!(!is_slot("-a"));
-        assert!(!is_slot(&"a".repeat(41)));
-    }
-
-    #[test]
-    fn condition_words_are_camel_case() {
-        assert!(is_camel_case("ReplicasReady"));
-        assert!(!is_camel_case("replicas ready"));
-        assert!(!is_camel_case(""));
-    }
 }

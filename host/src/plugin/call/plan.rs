@@ -1,4 +1,5 @@
-//! `spec-diff.plan`: the objects the plugin wants, checked as JSON objects within the caps.
+//! `spec-diff.plan`: the objects the plugin wants, checked as JSON objects within the caps
+//! ([`answers::check_plan`]).
 
 use super::*;
 
@@ -31,10 +32,11 @@ impl CompiledPlugin {
             |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
         )?;
         let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
-        let objects = self.parse_objects(capability, limits, &desired.objects)?;
-        Ok(Plan {
-            objects,
-            requeue_after: desired.requeue_after.map(Duration::from_millis),
-        })
+        answers::check_plan(
+            &desired.objects,
+            desired.requeue_after.map(Duration::from_millis),
+            limits.max_output_bytes,
+        )
+        .map_err(|err| self.bad(capability.interface(), err))
     }
 }

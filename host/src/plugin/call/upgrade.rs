@@ -1,4 +1,4 @@
-//! `upgrade.gate`: allow, wait or deny a version step.
+//! `upgrade.gate`: allow, wait or deny a version step ([`answers::check_gate`]).
 
 use super::*;
 
@@ -30,17 +30,14 @@ impl CompiledPlugin {
             &self.exports.upgrade,
             |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
         )?;
-        let decision = result.map_err(|err| refused!(upgrade, self.label(), capability, err))?;
-        Ok(match decision {
-            guest::upgrade::GateDecision::Allow => GateDecision::Allow,
-            guest::upgrade::GateDecision::Wait(reason) => {
-                self.check_size(capability, limits, reason.len())?;
-                GateDecision::Wait(reason)
-            }
-            guest::upgrade::GateDecision::Deny(reason) => {
-                self.check_size(capability, limits, reason.len())?;
-                GateDecision::Deny(reason)
-            }
-        })
+        let decision =
+            match result.map_err(|err| refused!(upgrade, self.label(), capability, err))? {
+                guest::upgrade::GateDecision::Allow => GateDecision::Allow,
+                guest::upgrade::GateDecision::Wait(reason) => GateDecision::Wait(reason),
+                guest::upgrade::GateDecision::Deny(reason) => GateDecision::Deny(reason),
+            };
+        answers::check_gate(&decision, limits.max_output_bytes)
+            .map_err(|err| self.bad(capability.interface(), err))?;
+        Ok(decision)
     }
 }
