@@ -671,9 +671,15 @@ fn finish(
         last_backup: outcome.last_backup,
         upgrade: outcome.upgrade,
     };
+    // What workloads use goes first (see `Decision::first_wave`); a stable sort keeps each
+    // wave in plan order.
+    let mut apply = writes.apply;
+    apply.sort_by_key(|o| !is_used_by_workloads(o));
+    let first_wave = apply.iter().filter(|o| is_used_by_workloads(o)).count();
     Decision {
         adopt: writes.adopt,
-        apply: writes.apply,
+        apply,
+        first_wave,
         in_place: writes.in_place,
         prune: writes.prune,
         backup_start: writes.backup_start,
@@ -682,6 +688,15 @@ fn finish(
         events,
         requeue: outcome.requeue,
     }
+}
+
+/// Whether `object` is of a kind workloads use: applied in the first wave.
+fn is_used_by_workloads(object: &crate::object::PluginObject) -> bool {
+    object.api_version() == "v1"
+        && matches!(
+            object.kind(),
+            "ConfigMap" | "Secret" | "ServiceAccount" | "Service" | "PersistentVolumeClaim"
+        )
 }
 
 /// Whether a condition's status is bad news: `Degraded` and `UpgradeGated` when True,

@@ -12,8 +12,14 @@ pub struct Decision {
     /// before anything is applied, or the whole plan is refused (taking over a user's object
     /// would let pruning or garbage collection delete it later).
     pub adopt: Vec<ObjectKey>,
-    /// Objects to server-side apply, stamped, in plan order: those not already in place.
+    /// Objects to server-side apply, stamped: those not already in place, in waves
+    /// ([`Decision::waves`]), each in plan order.
     pub apply: Vec<PluginObject>,
+    /// How many of `apply`, from its start, are the first wave: what workloads use
+    /// (configuration, accounts, Services, claims), applied and all accepted before the rest
+    /// (workloads and every other kind), so that a refused ConfigMap never leaves a Deployment
+    /// rolling out to Pods that cannot start.
+    pub first_wave: usize,
     /// Planned objects already as planned, which cost no write.
     pub in_place: usize,
     /// Owned objects the plan no longer holds, to delete.
@@ -31,6 +37,13 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The objects to apply, wave by wave: every object of a wave is applied (in parallel, if
+    /// the executor likes) before any of the next.
+    pub fn waves(&self) -> impl Iterator<Item = &[PluginObject]> {
+        let (used, users) = self.apply.split_at(self.first_wave.min(self.apply.len()));
+        [used, users].into_iter().filter(|wave| !wave.is_empty())
+    }
+
     /// Whether the decision writes nothing but (perhaps) the status.
     pub fn writes_nothing(&self) -> bool {
         self.adopt.is_empty()

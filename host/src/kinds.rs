@@ -1,11 +1,11 @@
 //! The kind table: every built-in kind the host watches and what it does with it. From this one
 //! list come the reflector caches ([`Stores`]), what a reconcile observes
-//! ([`Stores::observe`]), the controller's triggers ([`start`]) and the cache-sync wait
-//! ([`Stores::sync_waits`]); tests hold the guard's plannable kinds and the install's RBAC to
-//! it. Adding a built-in kind is one row here, plus its verbs in `deploy/base/rbac.yaml`
-//! (the drift test below says which).
+//! ([`Stores::observe`]), the controller's triggers ([`start`]), the cache-sync wait
+//! ([`Stores::sync_waits`]) and the kinds every plan may hold ([`plannable`], the guard's); a
+//! test holds the install's RBAC to it. Adding a built-in kind is one row here, plus its verbs
+//! in `deploy/base/rbac.yaml` (the drift test below says which).
 
-use std::{collections::HashSet, sync::Arc};
+use std::{borrow::Cow, collections::HashSet, sync::Arc};
 
 use futures::{Stream, StreamExt, future::BoxFuture, stream::BoxStream};
 use k8s_openapi::api::{
@@ -15,21 +15,125 @@ use k8s_openapi::api::{
     policy::v1::PodDisruptionBudget,
 };
 use kube::{
-    Client,
+    Client, Resource, ResourceExt,
     runtime::{
         reflector::{ObjectRef, Store},
         watcher,
     },
 };
 
+use serde::Serialize;
+use serde_json::Value;
+use wasmop_core::observed::{APP_LABEL, ObservedObject};
+
 use crate::{
     app::App,
-    reconcile::{
-        fetch::{ObservedObject, collect},
-        guard::Kind,
-    },
     reflect::{app_of, owner_of, ready_of, reflect},
 };
+
+/// A kind: its group, version, name and resource, and how the host reaches it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Kind {
+    /// API group, empty for the core group.
+    pub group: Cow<'static, str>,
+    /// API version within the group.
+    pub version: Cow<'static, str>,
+    /// Kind name.
+    pub kind: Cow<'static, str>,
+    /// Resource (plural) name.
+    pub plural: Cow<'static, str>,
+}
+
+impl Kind {
+    /// How the API server is reached for this kind.
+    pub fn api_resource(&self) -> kube::api::ApiResource {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(&self.group, &self.version, &self.kind),
+            &self.plural,
+        )
+    }
+
+    /// A kind the host knows at compile time.
+    pub const fn builtin(
+        group: &'static str,
+        version: &'static str,
+        kind: &'static str,
+        plural: &'static str,
+    ) -> Self {
+        Self {
+            group: Cow::Borrowed(group),
+            version: Cow::Borrowed(version),
+            kind: Cow::Borrowed(kind),
+            plural: Cow::Borrowed(plural),
+        }
+    }
+
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Whether an object of `api_version` and `kind` is of this kind (no allocation: the guard
+    /// asks for every object of every plan). Only the canonical spelling matches: `v1` for the
+    /// core group, `group/version` otherwise. The API server also reads `/v1` as `v1`, but every
+    /// rule of the guard that looks at a kind compares the canonical string, so a spelling it
+    /// does not know would pass them by.
+    pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
+        self.kind == kind
+            && match api_version.split_once('/') {
+                Some((group, version)) => {
+                    !self.group.is_empty() && self.group == group && self.version == version
+                }
+                None => self.group.is_empty() && self.version == api_version,
+            }
+    }
+}
+
+/// What a plan may contain under every policy: the rows of [`TABLE`] marked plannable. A
+/// planned PersistentVolumeClaim (say, for backups) is applied but never pruned: claims are
+/// deleted only through `finalize`. Further kinds only as a
+/// [`PluginPolicy`](crate::policy::PluginPolicy) adds them (`extraKinds`); RBAC, wasmop's own
+/// kinds and cluster-scoped objects never.
+pub fn plannable<'a>() -> impl Iterator<Item = &'a Kind> + Clone {
+    TABLE
+        .iter()
+        .filter(|row| row.plannable)
+        .map(|row| &row.kind)
+}
+
+fn collect<K>(
+    out: &mut Vec<ObservedObject>,
+    store: &Store<K>,
+    namespace: &str,
+    app: &str,
+    app_uid: &str,
+) where
+    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
+{
+    for object in store.state() {
+        if object.namespace().as_deref() != Some(namespace)
+            || object.labels().get(APP_LABEL).map(String::as_str) != Some(app)
+        {
+            continue;
+        }
+        let Ok(mut json) = serde_json::to_value(Arc::as_ref(&object)) else {
+            continue;
+        };
+        if let Some(map) = json.as_object_mut() {
+            map.insert(
+                "apiVersion".into(),
+                Value::String(K::api_version(&()).into_owned()),
+            );
+            map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
+        }
+        // Ownership, backup slot and the managedFields cut as for every observed object.
+        out.extend(ObservedObject::from_value(json, app_uid));
+    }
+}
 
 /// How the host watches a kind, and what a change to one of its objects reconciles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +163,7 @@ pub struct KindRow {
     pub kind: Kind,
     /// How it is watched.
     pub watch: Watch,
-    /// Whether a plan may hold it (under every policy; see the guard's `PLANNABLE`).
+    /// Whether a plan may hold it under every policy ([`plannable`]).
     pub plannable: bool,
 }
 
@@ -226,7 +330,6 @@ mod tests {
     use serde::Deserialize as _;
 
     use super::*;
-    use crate::reconcile::guard::PLANNABLE;
 
     fn pod(name: &str, app: &str) -> Pod {
         let mut pod = Pod::default();
@@ -296,28 +399,6 @@ mod tests {
         );
         cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
         assert!(crate::reflect::owner_of(&cm).is_none());
-    }
-
-    fn key(kind: &Kind) -> (String, String, String, String) {
-        (
-            kind.group.to_string(),
-            kind.version.to_string(),
-            kind.kind.to_string(),
-            kind.plural.to_string(),
-        )
-    }
-
-    /// The guard's plannable kinds are the table's: a kind a plan may hold is one the host
-    /// watches (so it can be observed and pruned), and the other way round.
-    #[test]
-    fn the_guard_plans_exactly_the_plannable_kinds_of_the_table() {
-        let table: BTreeSet<_> = TABLE
-            .iter()
-            .filter(|r| r.plannable)
-            .map(|r| key(&r.kind))
-            .collect();
-        let guard: BTreeSet<_> = PLANNABLE.iter().map(key).collect();
-        assert_eq!(table, guard);
     }
 
     /// The install's RBAC drifts from the table in neither direction: every plannable kind can

@@ -812,3 +812,38 @@ fn a_backup_job_may_mount_the_claims_observed_and_those_of_this_reconciles_plan(
         ])]
     );
 }
+
+/// What workloads use is applied in the first wave, whatever the plan's order; each wave keeps
+/// the plan's order.
+#[test]
+fn what_workloads_use_is_applied_first() {
+    let deployment = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"template": {"spec": {}}}})
+    };
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}});
+    let mut script = Script::new(vec![
+        deployment("web"),
+        cm("b", "1"),
+        deployment("api"),
+        account,
+        cm("a", "1"),
+    ]);
+    let d = decide(&snapshot(AppStatus::default(), vec![]), &mut script, &Check);
+    let waves: Vec<Vec<String>> = d
+        .waves()
+        .map(|wave| {
+            wave.iter()
+                .map(|o| format!("{}/{}", o.kind(), o.name()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        waves,
+        [
+            vec!["ConfigMap/b", "ServiceAccount/sa", "ConfigMap/a"],
+            vec!["Deployment/web", "Deployment/api"],
+        ]
+    );
+    assert_eq!(d.first_wave, 3);
+}

@@ -17,7 +17,7 @@ use wasmop_core::ObjectKey;
 
 use crate::{
     app::App,
-    kinds::TABLE,
+    kinds::{Kind, TABLE},
     policy::{PluginPolicy, Resolution, resolve},
     reconcile::{execute::is_managed_by, guard},
     write::FIELD_MANAGER,
@@ -89,7 +89,7 @@ pub(super) async fn read_live(
         ListParams::default().labels(&format!("{}={name}", wasmop_core::observed::APP_LABEL));
     // The host's kinds only, never the plugin's say: a plugin declaring Secrets must not get
     // this command to read them with the user's credentials.
-    let mut kinds: Vec<&guard::Kind> = TABLE.iter().map(|row| &row.kind).collect();
+    let mut kinds: Vec<&Kind> = TABLE.iter().map(|row| &row.kind).collect();
     for extra in &policy.extra_kinds {
         if !kinds
             .iter()

@@ -24,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    kinds::{Kind, plannable},
     plugin::{
         limits::MAX_COMPONENT_BYTES,
         source::{OciRules, TrustedKey},
@@ -321,7 +322,7 @@ const FORBIDDEN_KINDS: &[(&str, &str)] = &[
 
 impl ExtraKind {
     /// The kind as the guard knows it, or why no policy may allow it.
-    pub fn to_kind(&self) -> Result<guard::Kind, String> {
+    pub fn to_kind(&self) -> Result<Kind, String> {
         let (group, version) = match self.api_version.split_once('/') {
             Some((group, version)) => (group, version),
             None => ("", self.api_version.as_str()),
@@ -350,7 +351,7 @@ impl ExtraKind {
         {
             return Err(format!("{at}: never plannable"));
         }
-        Ok(guard::Kind {
+        Ok(Kind {
             group: group.to_string().into(),
             version: version.to_string().into(),
             kind: self.kind.clone().into(),
@@ -494,7 +495,7 @@ impl PluginPolicySpec {
                 .extra_kinds
                 .iter()
                 .filter_map(|k| k.to_kind().ok())
-                .filter(|k| !guard::PLANNABLE.contains(k))
+                .filter(|k| !plannable().any(|p| p == k))
                 .collect(),
             ingress_hosts: self.ingress_hosts.clone(),
             ingress_classes: self.ingress_classes.clone(),
@@ -580,7 +581,7 @@ impl PluginPolicySpec {
         self.extra_kinds
             .iter()
             .filter_map(|k| k.to_kind().ok())
-            .filter(|k| !guard::PLANNABLE.contains(k) && !guard::checks_body(k))
+            .filter(|k| !plannable().any(|p| p == k) && !guard::checks_body(k))
             .map(|k| format!("{}/{}", k.api_version(), k.kind))
             .collect()
     }

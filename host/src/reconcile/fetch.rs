@@ -1,45 +1,11 @@
 //! Fetch: what the host observes for an App, read from reflector caches (never the API server
 //! directly): its owned objects, the Pods and claims its workloads made, its backup Jobs.
 
-use std::sync::Arc;
-
-use kube::{Resource, ResourceExt, runtime::reflector::Store};
-use serde::Serialize;
+use kube::ResourceExt;
 use serde_json::Value;
-
 pub use wasmop_core::observed::{
     APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
 };
-
-pub(crate) fn collect<K>(
-    out: &mut Vec<ObservedObject>,
-    store: &Store<K>,
-    namespace: &str,
-    app: &str,
-    app_uid: &str,
-) where
-    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
-{
-    for object in store.state() {
-        if object.namespace().as_deref() != Some(namespace)
-            || object.labels().get(APP_LABEL).map(String::as_str) != Some(app)
-        {
-            continue;
-        }
-        let Ok(mut json) = serde_json::to_value(Arc::as_ref(&object)) else {
-            continue;
-        };
-        if let Some(map) = json.as_object_mut() {
-            map.insert(
-                "apiVersion".into(),
-                Value::String(K::api_version(&()).into_owned()),
-            );
-            map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
-        }
-        // Ownership, backup slot and the managedFields cut as for every observed object.
-        out.extend(ObservedObject::from_value(json, app_uid));
-    }
-}
 
 /// Why objects of a policy's extra kind could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +34,7 @@ pub async fn observe_extra(
     namespace: &str,
     app: &str,
     uid: &str,
-    kinds: &[&crate::reconcile::guard::Kind],
+    kinds: &[&crate::kinds::Kind],
 ) -> Result<Vec<ObservedObject>, ExtraKindError> {
     use kube::api::{Api, DynamicObject, ListParams};
     let mut out = Vec::new();

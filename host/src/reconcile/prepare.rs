@@ -205,7 +205,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
 
     let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);
     let metadata = &loaded.compiled.metadata;
-    let extra: Vec<&guard::Kind> = governing
+    let extra: Vec<&crate::kinds::Kind> = governing
         .rules
         .extra_kinds
         .iter()

@@ -21,7 +21,7 @@ mod scheduling;
 mod secrets;
 mod volumes;
 
-use std::{borrow::Cow, collections::BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::Value;
 use wasmop_core::{Failure, PlanCheck};
@@ -35,6 +35,7 @@ pub use self::{
 use wasmop_core::observed::BACKUP_SLOT_LABEL;
 
 use super::pod_security::Level;
+use crate::kinds::{Kind, plannable};
 use crate::plugin::{
     object::PluginObject,
     source::{OciRules, SourceRef, is_dns_subdomain, is_under, repository_of},
@@ -55,7 +56,7 @@ pub struct Policy {
     pub scheduling: Scheduling,
     /// Service types a plan may use (`ClusterIP` covers headless Services).
     pub service_types: Vec<String>,
-    /// Kinds a plan may hold beyond [`PLANNABLE`].
+    /// Kinds a plan may hold beyond [`plannable`].
     pub extra_kinds: Vec<Kind>,
     /// Hosts Ingresses may serve: exact names, `*.suffix` wildcards, or `*` for every host and
     /// the catch-alls (see [`extra`]).
@@ -112,7 +113,7 @@ impl Policy {
 
     /// Every kind a plan may hold under this policy.
     pub fn kinds(&self) -> impl Iterator<Item = &Kind> {
-        PLANNABLE.iter().chain(&self.extra_kinds)
+        plannable().chain(&self.extra_kinds)
     }
 
     /// The kind of `api_version`/`kind`, if a plan may hold it.
@@ -152,88 +153,6 @@ pub struct Breach {
     /// Why, for people.
     pub reason: String,
 }
-
-/// A kind plugins may plan, and how the host reaches it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Kind {
-    /// API group, empty for the core group.
-    pub group: Cow<'static, str>,
-    /// API version within the group.
-    pub version: Cow<'static, str>,
-    /// Kind name.
-    pub kind: Cow<'static, str>,
-    /// Resource (plural) name.
-    pub plural: Cow<'static, str>,
-}
-
-impl Kind {
-    /// How the API server is reached for this kind.
-    pub fn api_resource(&self) -> kube::api::ApiResource {
-        kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(&self.group, &self.version, &self.kind),
-            &self.plural,
-        )
-    }
-
-    /// A kind the host knows at compile time.
-    pub const fn builtin(
-        group: &'static str,
-        version: &'static str,
-        kind: &'static str,
-        plural: &'static str,
-    ) -> Self {
-        Self {
-            group: Cow::Borrowed(group),
-            version: Cow::Borrowed(version),
-            kind: Cow::Borrowed(kind),
-            plural: Cow::Borrowed(plural),
-        }
-    }
-
-    /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
-    /// Whether an object of `api_version` and `kind` is of this kind (no allocation: the guard
-    /// asks for every object of every plan). Only the canonical spelling matches: `v1` for the
-    /// core group, `group/version` otherwise. The API server also reads `/v1` as `v1`, but every
-    /// rule of the guard that looks at a kind compares the canonical string, so a spelling it
-    /// does not know would pass them by.
-    pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
-        self.kind == kind
-            && match api_version.split_once('/') {
-                Some((group, version)) => {
-                    !self.group.is_empty() && self.group == group && self.version == version
-                }
-                None => self.group.is_empty() && self.version == api_version,
-            }
-    }
-}
-
-/// What a plan may contain under every policy. A planned PersistentVolumeClaim (say, for
-/// backups) is applied but never pruned: claims are deleted only through `finalize`. Further
-/// kinds only as a [`PluginPolicy`](crate::policy::PluginPolicy) adds them (`extraKinds`);
-/// RBAC, wasmop's own kinds and cluster-scoped objects never.
-pub const PLANNABLE: &[Kind] = &[
-    Kind::builtin("apps", "v1", "StatefulSet", "statefulsets"),
-    Kind::builtin("apps", "v1", "Deployment", "deployments"),
-    Kind::builtin("", "v1", "Service", "services"),
-    Kind::builtin("", "v1", "ConfigMap", "configmaps"),
-    Kind::builtin("", "v1", "ServiceAccount", "serviceaccounts"),
-    Kind::builtin(
-        "policy",
-        "v1",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-    ),
-    Kind::builtin("batch", "v1", "Job", "jobs"),
-    Kind::builtin("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
-];
 
 /// Most objects planned for one App.
 pub const MAX_OBJECTS: usize = 64;
@@ -718,8 +637,7 @@ mod tests {
 
     /// Every plannable kind, as a plugin that declares them all would list them.
     fn all() -> Vec<String> {
-        PLANNABLE
-            .iter()
+        plannable()
             .map(|k| format!("{}/{}", k.api_version(), k.kind))
             .collect()
     }
