@@ -30,6 +30,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 
+use crate::conditions::{AVAILABLE, DEGRADED, PLUGIN_READY, PROGRESSING, UPGRADE_GATED, reason};
 use crate::{
     answers::GateDecision,
     backup,
@@ -150,7 +151,7 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
     let previous = &snapshot.previous;
     let (status, label) = match &snapshot.plugin {
         PluginState::Refused { reason, message } => {
-            let conditions = vec![Cond::new("PluginReady", false, reason, message.clone())];
+            let conditions = vec![Cond::new(PLUGIN_READY, false, reason, message.clone())];
             let outcome = Outcome::holding(
                 previous,
                 conditions,
@@ -168,11 +169,16 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
                 && previous
                     .conditions
                     .iter()
-                    .any(|c| c.type_ == "PluginReady" && c.status == "True");
+                    .any(|c| c.type_ == PLUGIN_READY && c.status == "True");
             let conditions = if served {
                 Vec::new()
             } else {
-                vec![Cond::new("PluginReady", false, "Loading", message.clone())]
+                vec![Cond::new(
+                    PLUGIN_READY,
+                    false,
+                    reason::LOADING,
+                    message.clone(),
+                )]
             };
             // Still loading: nothing is known to be wrong with the App.
             let outcome =
@@ -180,7 +186,7 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
             return finish(snapshot, None, outcome, Vec::new(), Writes::default());
         }
         PluginState::Broken { reason, message } => {
-            let conditions = vec![Cond::new("PluginReady", false, reason, message.clone())];
+            let conditions = vec![Cond::new(PLUGIN_READY, false, reason, message.clone())];
             let outcome = Outcome::holding(
                 previous,
                 conditions,
@@ -211,12 +217,12 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
             // Only when the plan itself is refused: a call that timed out or found no budget
             // says nothing about the rules, and must not delete anything.
             if !writes.plan_checked
-                && failure.reason == "PlanRejected"
+                && failure.reason == reason::PLAN_REJECTED
                 && let Some(violation) = live_violations(snapshot, check, &mut events, &mut writes)
             {
                 failure = violation;
             }
-            if failure.reason == "PlanRejected" || failure.reason == "ApplyRejected" {
+            if failure.reason == reason::PLAN_REJECTED || failure.reason == reason::APPLY_REJECTED {
                 events.push(Event::warning(failure.reason, failure.message.clone()));
             }
             // A failure before the plan was checked writes nothing; one after it (health,
@@ -258,14 +264,14 @@ fn serving_condition(plugin: &PluginState) -> Cond {
         ..
     } = plugin
     else {
-        return Cond::new("PluginReady", false, "Loading", "");
+        return Cond::new(PLUGIN_READY, false, reason::LOADING, "");
     };
     let uncached = uncached
         .as_ref()
         .map(|why| format!("; not cached, so a host restart fetches and compiles it again: {why}"));
     match newer_refused {
         Some(err) => Cond::new(
-            "PluginReady",
+            PLUGIN_READY,
             true,
             "LastGoodKept",
             // The cache note first: a long load error is what the 1024-byte cut takes.
@@ -276,12 +282,12 @@ fn serving_condition(plugin: &PluginState) -> Cond {
         ),
         None => match uncached {
             Some(uncached) => Cond::new(
-                "PluginReady",
+                PLUGIN_READY,
                 true,
                 "LoadedUncached",
                 format!("{label} serving{uncached}"),
             ),
-            None => Cond::new("PluginReady", true, "Loaded", format!("{label} serving")),
+            None => Cond::new(PLUGIN_READY, true, "Loaded", format!("{label} serving")),
         },
     }
 }
@@ -289,7 +295,7 @@ fn serving_condition(plugin: &PluginState) -> Cond {
 fn failed_outcome(previous: &AppStatus, plugin_ready: Cond, failure: Failure) -> Outcome {
     let conditions = vec![
         plugin_ready,
-        Cond::new("Degraded", true, failure.reason, failure.message),
+        Cond::new(DEGRADED, true, failure.reason, failure.message),
     ];
     Outcome::holding(
         previous,
@@ -344,7 +350,7 @@ fn live_violations(
              (the policy's enforcement Remove would delete it)"
         )
     };
-    Some(Failure::new("PolicyViolation", message))
+    Some(Failure::new(reason::POLICY_VIOLATION, message))
 }
 
 /// The writes the stages decided.
@@ -376,7 +382,7 @@ fn stages(
     // upgrade: which version to render
     let desired = snapshot.desired_version.clone();
     let mut upgrade_record = None;
-    let mut gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+    let mut gate_cond = Cond::new(UPGRADE_GATED, false, "NoUpgrade", "");
     let render = match upgrade::step(
         &desired,
         previous.version.as_deref(),
@@ -385,7 +391,7 @@ fn stages(
         upgrade::Step::Steady { version } => version,
         upgrade::Step::Rolling { from, to } => {
             gate_cond = Cond::new(
-                "UpgradeGated",
+                UPGRADE_GATED,
                 false,
                 "Allowed",
                 format!("rolling out {from} -> {to}"),
@@ -402,19 +408,19 @@ fn stages(
             let (render, record) = upgrade::after_gate(&from, &to, &decision);
             gate_cond = match &decision {
                 GateDecision::Allow => Cond::new(
-                    "UpgradeGated",
+                    UPGRADE_GATED,
                     false,
                     "Allowed",
                     format!("rolling out {from} -> {to}"),
                 ),
                 GateDecision::Wait(reason) => Cond::new(
-                    "UpgradeGated",
+                    UPGRADE_GATED,
                     true,
                     "Waiting",
                     format!("holding {from}: {reason}"),
                 ),
                 GateDecision::Deny(reason) => Cond::new(
-                    "UpgradeGated",
+                    UPGRADE_GATED,
                     true,
                     "Denied",
                     format!("{from} -> {to} refused: {reason}"),
@@ -448,7 +454,7 @@ fn stages(
     // apply, prune
     let ours: BTreeSet<(&str, &str, &str)> = observed
         .iter()
-        .filter(|o| o.owned || o.kind == "PersistentVolumeClaim")
+        .filter(|o| o.is_managed_by(&snapshot.app.name))
         .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
         .collect();
     let mut planned = BTreeSet::new();
@@ -531,7 +537,7 @@ fn stages(
     }
     if version.as_deref() == Some(desired.as_str()) {
         upgrade_record = None;
-        gate_cond = Cond::new("UpgradeGated", false, "NoUpgrade", "");
+        gate_cond = Cond::new(UPGRADE_GATED, false, "NoUpgrade", "");
     }
     conditions.push(gate_cond);
 
@@ -704,8 +710,8 @@ fn is_used_by_workloads(object: &crate::object::PluginObject) -> bool {
 /// not True.
 fn bad_news(c: &Condition) -> bool {
     match c.type_.as_str() {
-        "Degraded" | "UpgradeGated" => c.status == "True",
-        "Progressing" => false,
+        DEGRADED | UPGRADE_GATED => c.status == "True",
+        PROGRESSING => false,
         _ => c.status != "True",
     }
 }
@@ -714,15 +720,15 @@ fn bad_news(c: &Condition) -> bool {
 /// other first status (an App starting, a plugin loading, all well) is only the status.
 fn news_at_first_sight(c: &Condition) -> bool {
     match c.type_.as_str() {
-        "Degraded" => c.status == "True",
-        "PluginReady" => c.status != "True" && c.reason != "Loading",
+        DEGRADED => c.status == "True",
+        PLUGIN_READY => c.status != "True" && c.reason != reason::LOADING,
         _ => false,
     }
 }
 
 /// Which condition names an Event that reports several: the most telling first.
 fn priority(c: &Condition) -> usize {
-    ["Degraded", "PluginReady", "UpgradeGated", "Available"]
+    [DEGRADED, PLUGIN_READY, UPGRADE_GATED, AVAILABLE]
         .iter()
         .position(|t| *t == c.type_)
         .unwrap_or(4)
@@ -741,7 +747,9 @@ fn transitions_event(previous: &[Condition], next: &[Condition]) -> Option<Event
         .filter(|c| match previous.iter().find(|p| p.type_ == c.type_) {
             Some(p) => {
                 flipped.iter().any(|f| f.type_ == c.type_)
-                    || (c.type_ == "PluginReady" && p.reason == "Loading" && c.reason != "Loading")
+                    || (c.type_ == PLUGIN_READY
+                        && p.reason == reason::LOADING
+                        && c.reason != reason::LOADING)
             }
             None => news_at_first_sight(c),
         })

@@ -1,6 +1,7 @@
 //! Health: turns the plugin's health report (or its absence) into the standard conditions, the
 //! phase, and whether the rollout at the rendered version is complete.
 
+use crate::conditions::{AVAILABLE, DEGRADED, PROGRESSING};
 use crate::{
     answers::{HealthReport, HealthState},
     decision::Phase,
@@ -25,13 +26,13 @@ pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
         return Verdict {
             conditions: vec![
                 Cond::new(
-                    "Available",
+                    AVAILABLE,
                     true,
                     "Applied",
                     "the plan is applied (the plugin has no health check)",
                 ),
-                Cond::new("Progressing", upgrading, "Applied", ""),
-                Cond::new("Degraded", false, "Applied", ""),
+                Cond::new(PROGRESSING, upgrading, "Applied", ""),
+                Cond::new(DEGRADED, false, "Applied", ""),
             ],
             phase: Phase::Ready,
             rollout_complete: true,
@@ -43,14 +44,14 @@ pub fn verdict(report: Option<HealthReport>, upgrading: bool) -> Verdict {
         HealthState::Degraded => (false, false, true, "Degraded"),
     };
     let mut conditions = vec![
-        Cond::new("Available", available, reason, report.message.clone()),
+        Cond::new(AVAILABLE, available, reason, report.message.clone()),
         Cond::new(
-            "Progressing",
+            PROGRESSING,
             progressing || upgrading,
             reason,
             report.message.clone(),
         ),
-        Cond::new("Degraded", degraded, reason, report.message.clone()),
+        Cond::new(DEGRADED, degraded, reason, report.message.clone()),
     ];
     conditions.extend(report.conditions.into_iter().map(|c| Cond {
         type_: c.type_,

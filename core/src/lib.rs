@@ -7,6 +7,7 @@ pub mod backup;
 pub mod calls;
 pub mod capability;
 pub mod claims;
+pub mod conditions;
 pub mod decide;
 pub mod decision;
 pub mod deletion;

@@ -66,6 +66,22 @@ impl ObservedObject {
             json,
         })
     }
+
+    /// Whether the App named `app` may update this object (the adoption rule): controlled by
+    /// the App (an owner reference with its uid, [`ObservedObject::owned`]), or, for a claim,
+    /// which carries no owner reference because it outlives the App, labelled with it. A label
+    /// alone proves nothing elsewhere: anyone in the namespace (or a plugin) can write one.
+    pub fn is_managed_by(&self, app: &str) -> bool {
+        self.owned
+            || (self.api_version == "v1"
+                && self.kind == "PersistentVolumeClaim"
+                && self
+                    .json
+                    .pointer("/metadata/labels")
+                    .and_then(|labels| labels.get(APP_LABEL))
+                    .and_then(Value::as_str)
+                    == Some(app))
+    }
 }
 
 /// What of `observed` a plugin is shown, as the WIT states it: objects of its `owns` kinds the
@@ -123,5 +139,29 @@ mod tests {
         };
         assert_eq!(names(false), ["mine", "p", "claim"]);
         assert_eq!(names(true), ["mine", "p", "claim", "backup"]);
+    }
+
+    /// The adoption rule: control by owner reference, or a claim's label; a label on anything
+    /// else, or another App's, proves nothing.
+    #[test]
+    fn the_app_manages_what_it_controls_and_its_labelled_claims() {
+        let read = |kind: &str, owner: Option<&str>, label: Option<&str>| {
+            let mut json = serde_json::json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": "x"}});
+            if let Some(uid) = owner {
+                json["metadata"]["ownerReferences"] =
+                    serde_json::json!([{"uid": uid, "controller": true}]);
+            }
+            if let Some(app) = label {
+                json["metadata"]["labels"] = serde_json::json!({APP_LABEL: app});
+            }
+            ObservedObject::from_value(json, "u-1").expect("an object")
+        };
+        assert!(read("ConfigMap", Some("u-1"), None).is_managed_by("kv"));
+        assert!(!read("ConfigMap", Some("u-2"), Some("kv")).is_managed_by("kv"));
+        assert!(!read("ConfigMap", None, Some("kv")).is_managed_by("kv"));
+        assert!(read("PersistentVolumeClaim", None, Some("kv")).is_managed_by("kv"));
+        assert!(!read("PersistentVolumeClaim", None, Some("billing")).is_managed_by("kv"));
+        assert!(!read("PersistentVolumeClaim", None, None).is_managed_by("kv"));
     }
 }

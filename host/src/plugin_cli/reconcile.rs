@@ -129,7 +129,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             .any(|o| o.api_version == key.api_version && o.kind == key.kind && o.name == key.name)
     }) {
         let failure = wasmop_core::Failure::new(
-            "PlanRejected",
+            wasmop_core::conditions::reason::PLAN_REJECTED,
             format!("plan rejected: {foreign} already exists and is not managed by this App"),
         );
         decision = decide::failed(&snapshot, failure);
@@ -139,7 +139,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             .status
             .conditions
             .iter()
-            .find(|c| c.type_ == "Degraded")
+            .find(|c| c.type_ == wasmop_core::conditions::DEGRADED)
             .map(|c| format!("{}: {}", c.reason, c.message))
             .unwrap_or_default();
         bail!("{degraded}");

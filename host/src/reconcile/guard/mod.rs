@@ -192,7 +192,7 @@ impl PlanCheck for AppCheck {
         })
         .map_err(|err| {
             Failure::new(
-                "PlanRejected",
+                wasmop_core::conditions::reason::PLAN_REJECTED,
                 format!("{err} (under {})", self.policy_name),
             )
         })
@@ -209,7 +209,7 @@ impl PlanCheck for AppCheck {
             .and_then(|()| check_job(&self.policy, &self.app, slot, job, accounts, claims))
             .map_err(|err| {
                 Failure::new(
-                    "PlanRejected",
+                    wasmop_core::conditions::reason::PLAN_REJECTED,
                     format!("{err} (under {})", self.policy_name),
                 )
             })
