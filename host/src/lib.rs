@@ -2,7 +2,21 @@
 //!
 //! The host carries the Kubernetes plumbing (watches, caches, reconcile, server-side apply,
 //! status, finalizers, leader election, metrics, probes) around sandboxed Wasm plugins that hold
-//! the domain logic. The binary `wasmop` is a thin command line over this library.
+//! the domain logic. The binary `wasmop` is a thin command line over this library. What to
+//! decide lives in `wasmop_core` (`decide`, `decide_deletion`, the rules on answers); the host
+//! reads, calls and performs.
+//!
+//! The modules, by side (no import cycle between them: `tests/module_cycles.rs`):
+//! - **Triggers and caches**: [`controller`] (the kube-runtime Controller and what requeues an
+//!   App), [`kinds`] (the kind table: caches, observation, triggers, plannable kinds),
+//!   [`reflect`] (a watch into a trimmed cache), [`trim`], [`coalesce`], [`watch_backoff`].
+//! - **One reconcile**: [`reconcile`] (prepare, the guard, calls, execute, status, cleanup).
+//! - **Plugins**: [`plugin`] (source, fetch, verify, compile, registry, sandboxed calls).
+//! - **Bounds from outside the App**: [`policy`] (PluginPolicies and the RBAC bindings view).
+//! - **Writing and leading**: [`write`] (field manager, the write fence), [`leader`].
+//! - **Running**: [`run`], [`cli`], [`crd_install`], [`probes`], [`api_health`],
+//!   [`telemetry`], [`app`] (the App resource).
+//! - **The plugin author's CLI**: [`plugin_cli`].
 
 pub mod api_health;
 pub mod app;
