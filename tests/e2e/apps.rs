@@ -211,6 +211,49 @@ pub async fn fault_plugin_in(client: &Client, namespace: &str) -> anyhow::Result
     Ok(json!({"configMap": {"name": "fault-plugin", "key": "plugin.wasm"}}))
 }
 
+/// An abusive App and a calm neighbour, in two namespaces, both on the fault plugin, under one
+/// host watching both: what every test that holds an abuse to its own App starts from.
+pub struct Abuse {
+    /// The abusive App's namespace.
+    pub apps: Api<App>,
+    /// The neighbour's namespace, where App `calm` plans only the fault plugin's ConfigMap.
+    pub neighbours: Api<App>,
+    /// The host; stopped when dropped.
+    pub host: Host,
+}
+
+/// Starts [`Abuse`]: App `name` with fault `fault` in `ns`, App `calm` in `other`.
+pub async fn abuse_beside_a_neighbour(
+    local: &Local,
+    client: &Client,
+    ns: &str,
+    other: &str,
+    name: &str,
+    fault: &str,
+) -> anyhow::Result<Abuse> {
+    let from_cm = fault_plugin_in(client, ns).await?;
+    fault_plugin_in(client, other).await?;
+    let host = Host::start_with(local, ns, &["--namespace", other], &unique("abuse-host")).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), ns);
+    let neighbours: Api<App> = Api::namespaced(client.clone(), other);
+    apps.create(
+        &PostParams::default(),
+        &app(name, from_cm.clone(), "1.0.0", json!({"fault": fault}))?,
+    )
+    .await?;
+    neighbours
+        .create(
+            &PostParams::default(),
+            &app("calm", from_cm, "1.0.0", json!({"fault": "none"}))?,
+        )
+        .await?;
+    Ok(Abuse {
+        apps,
+        neighbours,
+        host,
+    })
+}
+
 pub fn app(name: &str, plugin: Value, version: &str, config: Value) -> anyhow::Result<App> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",

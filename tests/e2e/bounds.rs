@@ -14,7 +14,10 @@ use serde_json::json;
 use wasmop_host::{app::App, policy::PluginPolicy};
 
 use crate::{
-    apps::{Host, app, condition, fault_plugin_in, live_claims, wait_app},
+    apps::{
+        Abuse, Host, abuse_beside_a_neighbour, app, condition, fault_plugin_in, live_claims,
+        wait_app,
+    },
     harness::{Local, TestNamespace, unique},
 };
 
@@ -38,33 +41,19 @@ async fn a_plugin_naming_new_claims_stops_at_the_limit_and_its_neighbour_stays_r
             }))?,
         )
         .await?;
-    let from_cm = fault_plugin_in(&client, &ns.name).await?;
-    fault_plugin_in(&client, &other.name).await?;
-    let _host = Host::start_with(
+    let Abuse {
+        apps,
+        neighbours,
+        host: _host,
+    } = abuse_beside_a_neighbour(
         &local,
+        &client,
         &ns.name,
-        &["--namespace", &other.name],
-        &unique("bounds-host"),
+        &other.name,
+        "flood",
+        "claim-flood",
     )
     .await?;
-    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
-    let neighbours: Api<App> = Api::namespaced(client.clone(), &other.name);
-    apps.create(
-        &PostParams::default(),
-        &app(
-            "flood",
-            from_cm.clone(),
-            "1.0.0",
-            json!({"fault": "claim-flood"}),
-        )?,
-    )
-    .await?;
-    neighbours
-        .create(
-            &PostParams::default(),
-            &app("calm", from_cm, "1.0.0", json!({"fault": "none"}))?,
-        )
-        .await?;
 
     let refused = wait_app(
         &apps,

@@ -11,11 +11,10 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
 };
 use serde_json::json;
-use wasmop_host::app::App;
 
 use crate::{
-    apps::{Host, app, condition, fault_plugin_in, wait_app},
-    harness::{Local, TestNamespace, unique},
+    apps::{Abuse, abuse_beside_a_neighbour, condition, wait_app},
+    harness::{Local, TestNamespace},
 };
 
 #[tokio::test]
@@ -39,32 +38,11 @@ async fn a_plan_cannot_create_an_account_a_binding_names_unless_granted_to_its_a
         .await?;
     // A neighbour in another namespace (both plan the fault plugin's ConfigMap `fault`).
     let other = TestNamespace::create(&client, "e2e-grants-other").await?;
-    let from_cm = fault_plugin_in(&client, &ns.name).await?;
-    fault_plugin_in(&client, &other.name).await?;
-    let _host = Host::start_with(
-        &local,
-        &ns.name,
-        &["--namespace", &other.name],
-        &unique("grants-host"),
-    )
-    .await?;
-    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
-    let neighbours: Api<App> = Api::namespaced(client.clone(), &other.name);
-    apps.create(
-        &PostParams::default(),
-        &app(
-            "squat",
-            from_cm.clone(),
-            "1.0.0",
-            json!({"fault": "account"}),
-        )?,
-    )
-    .await?;
-    neighbours
-        .create(
-            &PostParams::default(),
-            &app("calm", from_cm, "1.0.0", json!({"fault": "none"}))?,
-        )
+    let Abuse {
+        apps,
+        neighbours,
+        host: _host,
+    } = abuse_beside_a_neighbour(&local, &client, &ns.name, &other.name, "squat", "account")
         .await?;
     wait_app(
         &apps,
