@@ -205,14 +205,12 @@ fn key(object: &ObservedObject) -> ObjectKey {
 mod tests {
     use std::collections::BTreeSet;
 
-    use k8s_openapi::jiff::Timestamp;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::{
         answers::{BackupDecision, CleanupDecision, GateDecision, HealthReport, ObjectRef, Plan},
-        stamp::AppRef,
-        status::{AppStatus, PluginStatus},
+        status::AppStatus,
     };
 
     /// A plugin whose `finalize` answers as the test says, counting the calls.
@@ -287,34 +285,11 @@ mod tests {
     }
 
     fn snapshot(plugin: PluginState, observed: Vec<ObservedObject>) -> Snapshot {
-        Snapshot {
-            app: AppRef {
-                name: "kv".into(),
-                namespace: "ns".into(),
-                uid: "u-1".into(),
-                generation: Some(3),
-            },
-            desired_version: "1.0".into(),
-            previous: AppStatus::default(),
-            observed,
-            now: Timestamp::from_second(1_800_000_000).expect("time"),
-            plugin,
-        }
+        crate::test_support::snapshot_with(plugin, AppStatus::default(), observed)
     }
 
     fn serving() -> PluginState {
-        PluginState::Serving {
-            label: "kv@0.1.0 (sha256:abc)".into(),
-            status: PluginStatus {
-                reference: "registry/kv:1".into(),
-                digest: "sha256:abc".into(),
-                short_digest: "abc".into(),
-                capabilities: vec!["spec-diff".into(), "finalize".into()],
-                loaded_at: None,
-            },
-            newer_refused: None,
-            uncached: None,
-        }
+        crate::test_support::serving(&["spec-diff", "finalize"])
     }
 
     fn pvc(name: &str) -> ObjectKey {

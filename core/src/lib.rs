@@ -16,6 +16,8 @@ pub mod object;
 pub mod observed;
 pub mod stamp;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 pub mod upgrade;
 
 pub use calls::{Failure, PlanCheck, PluginCalls};

@@ -132,30 +132,11 @@ fn cm(name: &str, data: &str) -> Value {
 }
 
 fn snapshot(previous: AppStatus, observed: Vec<ObservedObject>) -> Snapshot {
-    Snapshot {
-        app: AppRef {
-            name: "kv".into(),
-            namespace: "ns".into(),
-            uid: "u-1".into(),
-            generation: Some(3),
-        },
-        desired_version: "1.0".into(),
+    crate::test_support::snapshot_with(
+        crate::test_support::serving(&["spec-diff"]),
         previous,
         observed,
-        now: Timestamp::from_second(1_800_000_000).expect("time"),
-        plugin: PluginState::Serving {
-            label: "kv@0.1.0 (sha256:abc)".into(),
-            status: PluginStatus {
-                reference: "registry/kv:1".into(),
-                digest: "sha256:abc".into(),
-                short_digest: "abc".into(),
-                capabilities: vec!["spec-diff".into()],
-                loaded_at: None,
-            },
-            newer_refused: None,
-            uncached: None,
-        },
-    }
+    )
 }
 
 /// A minute after [`snapshot`]'s clock.
