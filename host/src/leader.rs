@@ -14,14 +14,15 @@
 //!   a standby takes over at its next retry instead of after a whole lease.
 //!
 //! A replica that loses the lease exits at once (as controller-runtime does): a deposed leader
-//! must not finish the reconciles it had started. And every write first asks [`ensure_leading`]
-//! (a fence): a leader frozen past its renew deadline (a stopped process, a paused VM) that
-//! wakes with reconciles in flight exits there, before its renewer has even run, since the
-//! monotonic clock it checks kept running through the freeze. controller-runtime has no such
-//! check; its deposed leader may write until its renewer notices.
+//! must not finish the reconciles it had started. And every write first asks the election's
+//! [`Fence`] (checked in the client's HTTP stack by [`crate::write::WriteFenceLayer`]): a leader
+//! frozen past its renew deadline (a stopped process, a paused VM) that wakes with reconciles in
+//! flight exits there, before its renewer has even run, since the monotonic clock it checks kept
+//! running through the freeze. controller-runtime has no such check; its deposed leader may
+//! write until its renewer notices.
 
 use std::{
-    sync::{Mutex, OnceLock},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -67,16 +68,19 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     observed: Mutex<Option<Observed>>,
+    fence: Fence,
 }
 
 impl LeaderElector {
-    /// An elector for the Lease `name` in `namespace`, as `identity` (the Pod name).
-    pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
+    /// An elector for the Lease `name` in `namespace`, as `identity` (the Pod name), that
+    /// arms `fence` once it leads and keeps it up to date while it renews.
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, fence: Fence) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             identity: identity.into(),
             observed: Mutex::new(None),
+            fence,
         }
     }
 
@@ -199,10 +203,10 @@ impl LeaderElector {
         }
         tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
         // Before anything can write: the fence must know this process leads from now on.
-        held_at(Instant::now());
-        let elector = std::sync::Arc::new(self);
+        self.fence.held_at(Instant::now());
+        let elector = Arc::new(self);
         let (tx, rx) = watch::channel(true);
-        let renewer = tokio::spawn(renew(std::sync::Arc::clone(&elector), tx));
+        let renewer = tokio::spawn(renew(Arc::clone(&elector), tx));
         Leadership {
             elector,
             renewer,
@@ -211,41 +215,48 @@ impl LeaderElector {
     }
 }
 
-/// When this process last held the lease for certain (acquired or renewed it), once it has led;
-/// unset in a process that does not elect a leader.
-static LAST_HELD: OnceLock<Mutex<Instant>> = OnceLock::new();
+/// The fence of one election: when its elector last held the lease for certain (acquired or
+/// renewed it), once it has led. Clones share it: the elector updates it, the client's
+/// [`crate::write::WriteFenceLayer`] checks it before every write. Unarmed (a process that does
+/// not elect a leader, or a standby that has not led yet) it lets every write pass.
+#[derive(Clone, Default)]
+pub struct Fence(Arc<Mutex<Option<Instant>>>);
 
-fn held_at(at: Instant) {
-    let cell = LAST_HELD.get_or_init(|| Mutex::new(at));
-    *cell
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
-}
+impl Fence {
+    fn held_at(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
 
-/// The fence every write goes through: in a process that leads, exits (as a lost lease does)
-/// unless the lease was held within the renew deadline, so a replica that could have been
-/// deposed never writes. A no-op without leader election.
-pub fn ensure_leading() {
-    let Some(cell) = LAST_HELD.get() else {
-        return;
-    };
-    let last = *cell
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if last.elapsed() >= RENEW_DEADLINE {
-        tracing::error!(
-            held_ago_s = last.elapsed().as_secs(),
-            "about to write without having held the lease within the renew deadline; exiting"
-        );
-        std::process::exit(1);
+    /// How long ago the lease was last held for certain; `None` while unarmed.
+    fn held_ago(&self) -> Option<Duration> {
+        let last = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        last.map(|at| at.elapsed())
+    }
+
+    /// Whether a write may be sent now: unarmed, or the lease held within the renew deadline.
+    fn allows_writes(&self) -> bool {
+        self.held_ago().is_none_or(|ago| ago < RENEW_DEADLINE)
+    }
+
+    /// The check before every write: in a process that leads, exits (as a lost lease does)
+    /// unless the lease was held within the renew deadline, so a replica that could have been
+    /// deposed never writes. A no-op while unarmed.
+    pub fn ensure_leading(&self) {
+        if !self.allows_writes() {
+            tracing::error!(
+                held_ago_s = self.held_ago().unwrap_or_default().as_secs(),
+                "about to write without having held the lease within the renew deadline; exiting"
+            );
+            std::process::exit(1);
+        }
     }
 }
 
 /// Renews until the renew deadline passes without a renewal or another replica holds the
 /// lease; then `tx` turns `false`.
-async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) {
+async fn renew(elector: Arc<LeaderElector>, tx: watch::Sender<bool>) {
     let mut last_renewed = Instant::now();
-    held_at(last_renewed);
+    elector.fence.held_at(last_renewed);
     loop {
         tokio::time::sleep(RETRY_PERIOD).await;
         // Measured from before the attempt: the renewTime it writes is taken then too.
@@ -254,7 +265,7 @@ async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) 
         match tokio::time::timeout(left, elector.try_acquire()).await {
             Ok(Ok(Attempt::Held)) => {
                 last_renewed = attempt;
-                held_at(attempt);
+                elector.fence.held_at(attempt);
             }
             Ok(Ok(Attempt::HeldByOther)) => {
                 tracing::error!(lease = %elector.name, "leadership taken by another replica");
@@ -280,7 +291,7 @@ async fn renew(elector: std::sync::Arc<LeaderElector>, tx: watch::Sender<bool>) 
 
 /// This replica leads until [`Leadership::watch`] turns `false` or it releases the lease.
 pub struct Leadership {
-    elector: std::sync::Arc<LeaderElector>,
+    elector: Arc<LeaderElector>,
     renewer: JoinHandle<()>,
     leading: watch::Receiver<bool>,
 }
@@ -312,5 +323,23 @@ mod tests {
         // client-go requires LeaseDuration > RenewDeadline > RetryPeriod * JitterFactor (1.2).
         assert!(LEASE_DURATION > RENEW_DEADLINE);
         assert!(RENEW_DEADLINE.as_secs_f64() > RETRY_PERIOD.as_secs_f64() * 1.2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fence_closes_at_the_renew_deadline_and_reopens_on_renewal() {
+        let fence = Fence::default();
+        tokio::time::advance(RENEW_DEADLINE * 2).await;
+        assert!(
+            fence.allows_writes(),
+            "unarmed: no election, every write passes"
+        );
+        let elector_side = fence.clone();
+        elector_side.held_at(Instant::now());
+        tokio::time::advance(RENEW_DEADLINE - Duration::from_millis(1)).await;
+        assert!(fence.allows_writes(), "held within the renew deadline");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!fence.allows_writes(), "not held within the renew deadline");
+        elector_side.held_at(Instant::now());
+        assert!(fence.allows_writes(), "renewed");
     }
 }

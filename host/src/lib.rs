@@ -13,7 +13,7 @@
 //! - **One reconcile**: [`reconcile`] (prepare, the guard, calls, execute, status, cleanup).
 //! - **Plugins**: [`plugin`] (source, fetch, verify, compile, registry, sandboxed calls).
 //! - **Bounds from outside the App**: [`policy`] (PluginPolicies and the RBAC bindings view).
-//! - **Writing and leading**: [`write`] (field manager, the write fence), [`leader`].
+//! - **Writing and leading**: [`write`](mod@write) (field manager, the write fence), [`leader`].
 //! - **Running**: [`run`], [`cli`], [`crd_install`], [`probes`], [`api_health`],
 //!   [`telemetry`], [`app`] (the App resource).
 //! - **The plugin author's CLI**: [`plugin_cli`].

@@ -10,10 +10,11 @@ use crate::{
     api_health::{ApiHealth, ApiHealthLayer},
     cli::RunArgs,
     controller, crd_install,
-    leader::LeaderElector,
+    leader::{Fence, LeaderElector},
     plugin::runtime::PluginRuntime,
     policy::view::PolicyView,
     probes::Probes,
+    write::WriteFenceLayer,
 };
 
 /// Runs the host until SIGTERM or SIGINT.
@@ -22,9 +23,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("reading the kubeconfig or in-cluster environment")?;
+    // Armed once this replica leads (with --leader-elect): from then on every write the client
+    // sends, kube's Recorder and finalizer helper included, first checks the lease is still held.
+    let fence = Fence::default();
     let client = kube::client::ClientBuilder::try_from(config)
         .context("building a Kubernetes client")?
         .with_layer(&ApiHealthLayer(health.clone()))
+        .with_layer(&WriteFenceLayer::new({
+            let fence = fence.clone();
+            move || fence.ensure_leading()
+        }))
         .build();
     let version = client
         .apiserver_version()
@@ -82,7 +90,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .lease_namespace
             .clone()
             .unwrap_or_else(|| "default".into());
-        let elector = LeaderElector::new(client.clone(), &namespace, "wasmop-leader", &identity);
+        let elector = LeaderElector::new(
+            client.clone(),
+            &namespace,
+            "wasmop-leader",
+            &identity,
+            fence.clone(),
+        );
         info!(%namespace, %identity, "waiting for the leader lease");
         // A standby is healthy and ready to take over; it turns not-ready once it leads, until
         // its caches have synced.

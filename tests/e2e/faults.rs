@@ -728,8 +728,10 @@ async fn apps_deleted_while_the_host_is_down_are_finalized_once_on_restart() -> 
     ns.delete().await
 }
 
-/// A host's writes as it sent them (its `writing to the API server` debug lines, logged as each
-/// passes the leader fence, `--log-format json`), from its log file: when, and the verb.
+/// A host's writes as a leader sent them (its `writing to the API server` debug lines, logged
+/// by the client's write fence layer as each passes the leader fence, `--log-format json`),
+/// from its log file: when, and the verb. Not the CRD installs: every replica applies the CRDs
+/// as it starts, standbys too, before it elects (the same objects by the same field manager).
 fn writes_in_log(identity: &str) -> anyhow::Result<Vec<(chrono::DateTime<chrono::Utc>, String)>> {
     let path = std::env::temp_dir().join(format!("{identity}-host.log"));
     let text =
@@ -738,6 +740,11 @@ fn writes_in_log(identity: &str) -> anyhow::Result<Vec<(chrono::DateTime<chrono:
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|entry| entry["message"] == "writing to the API server")
+        .filter(|entry| {
+            !entry["resource"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("customresourcedefinitions."))
+        })
         .filter_map(|entry| {
             let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
             let verb = entry["verb"].as_str().unwrap_or_default().to_string();

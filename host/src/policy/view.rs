@@ -275,7 +275,6 @@ impl PolicyView {
                     "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginPolicy",
                     "status": status,
                 });
-                crate::write::before_write("status", "PluginPolicy");
                 if let Err(err) = api
                     .patch_status(
                         &name,

@@ -26,7 +26,7 @@ use super::{
     fetch::APP_LABEL,
     prepare::{Resolved, app_ref, call_limits, resolve_plugin},
 };
-use crate::{app::App, plugin::input::AppContext, write::before_write};
+use crate::{app::App, plugin::input::AppContext};
 
 /// Decides and performs one pass of deleting `app`. `Ok` releases the finalizer (kube's
 /// helper removes it next); an `Error::Waiting` keeps it and looks again soon.
@@ -141,7 +141,6 @@ async fn perform(
                 message: format!("the deletion asked to stop {workload}, which is no StatefulSet"),
             });
         }
-        before_write("delete", &workload.kind);
         match sets
             .delete(&workload.name, &DeleteParams::foreground())
             .await
@@ -159,7 +158,6 @@ async fn perform(
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
     for claim in &deletion.delete {
-        before_write("delete", "PersistentVolumeClaim");
         match pvcs.delete(&claim.name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -23,14 +23,11 @@ use wasmop_core::{
     Decision, Event, Failure, ObjectKey, Requeue, Snapshot,
     decide::{self, NoPlugin},
     object::PluginObject,
-    observed::APP_LABEL,
+    observed::{APP_LABEL, ObservedObject},
 };
 
 use super::{Context, Error, app_key, guard::Policy, prepare::Prepared, status};
-use crate::{
-    app::App,
-    write::{FIELD_MANAGER, before_write},
-};
+use crate::{app::App, write::FIELD_MANAGER};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -227,7 +224,7 @@ fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteE
         .and_then(|rules| rules.kind(&key.api_version, &key.kind))
     else {
         return Err(WriteError::Refused(Failure::new(
-            "PlanRejected",
+            wasmop_core::conditions::reason::PLAN_REJECTED,
             format!("{key}: {} is not a kind the policy allows", key.api_version),
         )));
     };
@@ -277,7 +274,7 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
             Ok(Some(existing)) if is_managed_by(&existing, key, &uid, &app.name_any()) => {}
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
-                    "PlanRejected",
+                    wasmop_core::conditions::reason::PLAN_REJECTED,
                     format!("plan rejected: {key} already exists and is not managed by this App"),
                 )));
             }
@@ -290,20 +287,9 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
         }
     }
     claims_of_statefulsets(w, decision).await?;
-    // In two waves, each in parallel: first what workloads use (configuration, accounts,
-    // services, claims), then the rest (workloads and every other kind), only once the first
-    // wave is all applied, so that a refused ConfigMap never leaves a Deployment rolling out to
-    // Pods that cannot start.
-    let (used, users): (Vec<&PluginObject>, Vec<&PluginObject>) =
-        decision.apply.iter().partition(|o| {
-            o.api_version() == "v1"
-                && matches!(
-                    o.kind(),
-                    "ConfigMap" | "Secret" | "ServiceAccount" | "Service" | "PersistentVolumeClaim"
-                )
-        });
-    for wave in [used, users] {
-        let applies: Vec<_> = wave.into_iter().map(|o| apply(w, o)).collect();
+    // Wave by wave as the decision orders them, each wave in parallel.
+    for wave in decision.waves() {
+        let applies: Vec<_> = wave.iter().map(|o| apply(w, o)).collect();
         futures::stream::iter(applies)
             .buffered(IN_FLIGHT)
             .try_collect::<Vec<()>>()
@@ -364,7 +350,7 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
                 if existing.labels().get(APP_LABEL).map(String::as_str) == Some(app.as_str()) => {}
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
-                    "PlanRejected",
+                    wasmop_core::conditions::reason::PLAN_REJECTED,
                     format!(
                         "plan rejected: StatefulSet/{set} would take over \
                          PersistentVolumeClaim/{claim}, which exists and is not this App's \
@@ -383,17 +369,17 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
     Ok(())
 }
 
-/// Whether `existing` (the object `key`) is the App's (uid `uid`, name `name`) to update:
-/// controlled by it (an owner reference with its uid), or, for a claim, which carries no owner
-/// reference because it outlives the App, labelled with it. A label alone proves nothing
-/// elsewhere: anyone in the namespace (or a plugin) can write one.
+/// Whether `existing` (the object `key`) is the App's (uid `uid`, name `name`) to update, by
+/// the decision core's adoption rule ([`ObservedObject::is_managed_by`]).
 pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, uid: &str, name: &str) -> bool {
-    existing
-        .owner_references()
-        .iter()
-        .any(|o| o.uid == uid && o.controller == Some(true))
-        || (key.kind == "PersistentVolumeClaim"
-            && existing.labels().get(APP_LABEL).map(String::as_str) == Some(name))
+    let Ok(mut json) = serde_json::to_value(existing) else {
+        return false;
+    };
+    if let Some(map) = json.as_object_mut() {
+        map.insert("apiVersion".into(), key.api_version.clone().into());
+        map.insert("kind".into(), key.kind.clone().into());
+    }
+    ObservedObject::from_value(json, uid).is_some_and(|o| o.is_managed_by(name))
 }
 
 /// `key` as the API server has it, if it exists.
@@ -412,7 +398,6 @@ async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> 
         name: object.name().to_string(),
     };
     let api = api_for(w, &key)?;
-    before_write("apply", &key.kind);
     match api
         .patch(
             &key.name,
@@ -427,7 +412,7 @@ async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> 
         }
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
             Err(WriteError::Refused(Failure::new(
-                "ApplyRejected",
+                wasmop_core::conditions::reason::APPLY_REJECTED,
                 format!("applying {key}: {}", status.message),
             )))
         }
@@ -440,7 +425,6 @@ async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> 
 
 async fn delete(w: &Writer<'_>, key: &ObjectKey, what: &str) -> Result<(), WriteError> {
     let api = api_for(w, key)?;
-    before_write("delete", &key.kind);
     match api.delete(&key.name, &DeleteParams::background()).await {
         Ok(_) => {
             w.ctx.metrics.wrote("delete", &key.kind);
@@ -462,13 +446,12 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
         .and_then(serde_json::from_value)
         .map_err(|err| {
             WriteError::Refused(Failure::new(
-                "PlanRejected",
+                wasmop_core::conditions::reason::PLAN_REJECTED,
                 format!("backup of slot {slot}: the Job is not a valid batch/v1 Job: {err}"),
             ))
         })?;
     let api: Api<Job> =
         Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
-    before_write("create", "Job");
     match api.create(&PostParams::default(), &job).await {
         Ok(_) => {
             w.ctx.metrics.wrote("create", "Job");
@@ -495,7 +478,6 @@ pub async fn publish(ctx: &Context, app: &App, event: &Event) {
         action: "Reconcile".into(),
         secondary: None,
     };
-    before_write("create", "Event");
     if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
         tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
     }

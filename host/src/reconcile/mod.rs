@@ -183,14 +183,7 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
     let result = finalizer(&api, FINALIZER, app, |event| async {
         match event {
             finalizer::Event::Apply(app) => apply_app(&app, &ctx, &api).await,
-            finalizer::Event::Cleanup(app) => {
-                let done = cleanup::cleanup_app(&app, &ctx).await;
-                // kube's helper removes the finalizer next, a write of its own.
-                if done.is_ok() {
-                    crate::write::before_write("patch", "App");
-                }
-                done
-            }
+            finalizer::Event::Cleanup(app) => cleanup::cleanup_app(&app, &ctx).await,
         }
     })
     .await;
@@ -227,7 +220,6 @@ async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube:
     let patch = serde_json::json!({
         "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
     });
-    crate::write::before_write("patch", "App");
     let patched = api
         .patch(
             &app.name_any(),

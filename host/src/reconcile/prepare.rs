@@ -129,8 +129,8 @@ pub enum Resolved {
         plugin: PluginState,
         /// The plugin.
         loaded: Arc<LoadedPlugin>,
-        /// The namespace's policy.
-        governing: Governing,
+        /// The namespace's policy (boxed: it is most of the variant's size).
+        governing: Box<Governing>,
     },
 }
 
@@ -177,7 +177,7 @@ pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
     Resolved::Serving {
         plugin,
         loaded,
-        governing,
+        governing: Box::new(governing),
     }
 }
 

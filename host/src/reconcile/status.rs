@@ -13,7 +13,6 @@ pub async fn write(api: &Api<App>, app: &App, status: &AppStatus) -> Result<bool
         return Ok(false);
     }
     let name = app.metadata.name.as_deref().unwrap_or_default();
-    crate::write::before_write("status", "App");
     let patch = serde_json::json!({
         "apiVersion": "wasmop.dev/v1alpha1",
         "kind": "App",
