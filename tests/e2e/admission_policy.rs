@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::{
     admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
     coordination::v1::Lease,
-    core::v1::Pod,
+    core::v1::{Pod, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding},
 };
 use kube::{
@@ -185,8 +185,19 @@ async fn ephemeral_container(
     ns: &str,
     security_context: Value,
 ) -> anyhow::Result<Option<String>> {
+    ephemeral_container_in(admin, host, ns, hardened_pod(), security_context).await
+}
+
+/// [`ephemeral_container`], added to a Pod the admin creates in `ns` with the pod spec `spec`.
+async fn ephemeral_container_in(
+    admin: &Client,
+    host: &Client,
+    ns: &str,
+    spec: Value,
+    security_context: Value,
+) -> anyhow::Result<Option<String>> {
     let name = unique("running");
-    let running: Pod = serde_json::from_value(pod(ns, &name, hardened_pod()))?;
+    let running: Pod = serde_json::from_value(pod(ns, &name, spec))?;
     Api::<Pod>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &running)
         .await?;
@@ -394,6 +405,7 @@ fn probe_rights(
             {"apiGroups": [""], "resources": ["pods", "replicationcontrollers"], "verbs": ["create"]},
             {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["create"]},
@@ -899,6 +911,130 @@ async fn baseline_refusals(
             let mut p = hardened_pod();
             unmasked(&mut p);
             p
+        }),
+    ];
+    expect_admitted(&host, &admitted).await
+}
+
+/// The host's own ServiceAccount stays out of workloads: in the host's namespace, a workload that
+/// runs as it (by either field, in any kind that carries a pod) is refused, and so is an
+/// ephemeral container added to a Pod that runs as it (the host's own); another ServiceAccount
+/// there, and an account of the same name in an App's namespace, pass. And the host may create
+/// no ServiceAccount token Secret, in an App's namespace or its own, while other Secrets pass.
+#[tokio::test]
+async fn the_api_server_keeps_the_hosts_own_account_and_tokens_from_the_host() -> anyhow::Result<()>
+{
+    under_the_policy(|local, admin, s| async move {
+        own_account_refusals(&local, &admin, &s.name, &s.identity, &s.system, &s.ns).await
+    })
+    .await
+}
+
+/// The fourth test proper: installs the renamed policy, probes it as `identity` in `system` (the
+/// host's namespace, whose ServiceAccount `wasmop` `identity` is) and `ns`.
+async fn own_account_refusals(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let (host, _) = held_host(local, admin, name, identity, system, ns).await?;
+    // The account exists, as the host's does (the API server refuses a Pod of a missing one).
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "wasmop"}}))?;
+    match Api::<ServiceAccount>::namespaced(admin.clone(), system)
+        .create(&PostParams::default(), &account)
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        created => {
+            created?;
+        }
+    }
+    let running_as = |field: &str, account: &str| {
+        let mut pod = hardened_pod();
+        pod[field] = json!(account);
+        pod
+    };
+    let own = |path: &str| format!("the host's own ServiceAccount: {path} in namespace {system}");
+    let token = |ns: &str, name: &str, account: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns,
+                "annotations": {"kubernetes.io/service-account.name": account}},
+            "type": "kubernetes.io/service-account-token",
+        })
+    };
+    let mut refused = Vec::new();
+    for (kind, path) in CARRIERS {
+        let object = carrier(
+            kind,
+            system,
+            &format!("as-host-{}", kind.to_lowercase()),
+            running_as("serviceAccountName", "wasmop"),
+        );
+        refused.push((object, own(&format!("{path}.serviceAccountName=wasmop"))));
+    }
+    refused.extend([
+        (
+            deployment(
+                system,
+                "as-host-deprecated",
+                running_as("serviceAccount", "wasmop"),
+            ),
+            // The API server copies the deprecated field to serviceAccountName, which the
+            // refusal may name instead.
+            own("spec.template.spec.serviceAccount")
+                .replace(&format!(" in namespace {system}"), ""),
+        ),
+        (
+            token(ns, "app-token", "default"),
+            format!(
+                "ServiceAccount token Secret: the wasmop host may not CREATE secrets of type \
+                 kubernetes.io/service-account-token ({ns}/app-token, for ServiceAccount default)"
+            ),
+        ),
+        (
+            token(system, "host-token", "wasmop"),
+            format!("({system}/host-token, for ServiceAccount wasmop)"),
+        ),
+    ]);
+    let refused: Vec<(Value, &str)> = refused
+        .iter()
+        .map(|(object, want)| (object.clone(), want.as_str()))
+        .collect();
+    expect_refused(&host, &refused).await?;
+
+    // The host's own Pod: an ephemeral container added to it would run with the host's token.
+    let message = ephemeral_container_in(
+        admin,
+        &host,
+        system,
+        running_as("serviceAccountName", "wasmop"),
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}),
+    )
+    .await?
+    .context("an ephemeral container in a Pod running as the host was admitted")?;
+    assert!(
+        message.contains(&own("spec.serviceAccountName=wasmop")),
+        "{message}"
+    );
+
+    // Another ServiceAccount in the host's namespace, the default one, an App's own account
+    // that happens to share the name, and Secrets of other types pass.
+    let admitted = [
+        deployment(
+            system,
+            "as-other",
+            running_as("serviceAccountName", "other"),
+        ),
+        cronjob(system, "as-default", hardened_pod()),
+        deployment(ns, "as-wasmop", running_as("serviceAccountName", "wasmop")),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "opaque", "namespace": ns},
+            "type": "Opaque", "stringData": {"k": "v"},
         }),
     ];
     expect_admitted(&host, &admitted).await

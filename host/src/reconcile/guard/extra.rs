@@ -26,6 +26,28 @@
 //! - **HorizontalPodAutoscaler** (`autoscaling/v2` and `v1`, [`autoscaler`]): it scales only a
 //!   workload of the same plan (`wasmop/scaleTarget`), between `minReplicas` and `maxReplicas`
 //!   of at most the policy's `maxReplicas` (`wasmop/maxReplicas`, [`super::replicas`]).
+//! - **CronJob** (`batch/v1`, [`cron_job`]): a bound over time, which no bound on one
+//!   workload's pods gives it. `concurrencyPolicy` must be `Forbid` or `Replace`
+//!   (`wasmop/cronJobConcurrency`): under `Allow`, also what an unset field means, every
+//!   schedule starts a new Job while the earlier ones still run, so Jobs that never end add up
+//!   to `parallelism` pods each per run, without bound (`* * * * *` with `parallelism: 64` is
+//!   64 more pods a minute, every one within `maxReplicas`); with `Forbid` or `Replace` at most
+//!   one Job of it runs at a time. `successfulJobsHistoryLimit` and `failedJobsHistoryLimit`
+//!   are at most [`MAX_JOB_HISTORY`] (`wasmop/cronJobHistory`): each finished Job kept keeps
+//!   its pods, and the CronJob controller deletes only those over the limits. Its pod
+//!   template, job template metadata and `parallelism` are checked as the workload kinds' are
+//!   (below, and [`super::replicas`]). Left to the cluster: `Replace` deletes the running Job
+//!   before starting the next, and its pods stop within their `terminationGracePeriodSeconds`,
+//!   which the guard does not bound (no more than for a Deployment's rollouts).
+//!
+//! A bare Job (`batch/v1`, plannable without a policy) needs none of the CronJob's rules: it is
+//! one run the plan names once, not a series. At most `parallelism` of its pods run at once
+//! (bounded by `maxReplicas`), however large `completions` or `backoffLimit` are: those only
+//! make the run longer, as a Deployment runs for ever (failures are retried with a backoff of
+//! up to six minutes). Its finished pods stay until the Job goes (pruned with the plan, or by
+//! its `ttlSecondsAfterFinished`); how many finished pods the cluster keeps in all is bounded
+//! by kube-controller-manager's terminated-pod garbage collector
+//! (`--terminated-pod-gc-threshold`), not by the guard.
 //!
 //! The guard knows two more sorts of extra kind: the workload kinds (`DaemonSet`, `ReplicaSet`,
 //! `CronJob`, a bare `Pod`, `ReplicationController`), whose pod templates [`super::pods`] checks
@@ -76,6 +98,7 @@ const TABLE: &[(&str, &str, Check)] = &[
     ("monitoring.coreos.com/v1", "PodMonitor", pod_monitor),
     ("autoscaling/v2", "HorizontalPodAutoscaler", autoscaler),
     ("autoscaling/v1", "HorizontalPodAutoscaler", autoscaler),
+    ("batch/v1", "CronJob", cron_job),
 ];
 
 /// The check of `api_version`/`kind`, if the table has one.
@@ -785,6 +808,72 @@ fn autoscaler(body: &Body<'_>) -> Option<Breach> {
         );
     }
     replicas::check(body.policy.max_replicas, replicas::AUTOSCALER, body.spec)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CronJob
+
+/// The most finished Jobs a CronJob may keep of each outcome (`successfulJobsHistoryLimit`,
+/// `failedJobsHistoryLimit`; Kubernetes keeps 3 and 1 when they are unset): enough to read the
+/// last runs' logs, each Job kept keeping its pods.
+const MAX_JOB_HISTORY: u64 = 10;
+
+/// A CronJob: one Job at a time, and a short history.
+fn cron_job(body: &Body<'_>) -> Option<Breach> {
+    cron_job_concurrency(body.spec).or_else(|| cron_job_history(body.spec))
+}
+
+/// `concurrencyPolicy`: `Forbid` or `Replace`; `Allow`, what an unset field means, lets runs
+/// pile up.
+fn cron_job_concurrency(spec: &Value) -> Option<Breach> {
+    const WHY: &str = "Allow starts a new Job on every schedule while earlier ones still run, \
+                       so Jobs that do not end add their pods (up to parallelism each) without \
+                       bound; Forbid skips a run while one is active, Replace stops it first";
+    let reason = match spec.get("concurrencyPolicy").unwrap_or(&Value::Null) {
+        Value::String(p) if p == "Forbid" || p == "Replace" => return None,
+        Value::Null => format!("unset means Allow; it must be Forbid or Replace: {WHY}"),
+        other => format!("{other} is not Forbid or Replace: {WHY}"),
+    };
+    breach(
+        "spec.concurrencyPolicy".into(),
+        "wasmop/cronJobConcurrency",
+        reason,
+    )
+}
+
+/// `successfulJobsHistoryLimit` and `failedJobsHistoryLimit`: unset (Kubernetes' 3 and 1) or a
+/// whole number up to [`MAX_JOB_HISTORY`].
+fn cron_job_history(spec: &Value) -> Option<Breach> {
+    ["successfulJobsHistoryLimit", "failedJobsHistoryLimit"]
+        .into_iter()
+        .find_map(|field| {
+            let value = spec.get(field).filter(|v| !v.is_null())?;
+            let count = match value {
+                Value::Number(n) => n
+                    .as_u64()
+                    .or_else(|| {
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                            .map(|f| f.min(u64::MAX as f64) as u64)
+                    })
+                    .ok_or_else(|| format!("{n} is not a count of Jobs")),
+                other => Err(format!("{other} is not a number")),
+            };
+            let reason = match count {
+                Ok(count) if count <= MAX_JOB_HISTORY => return None,
+                Ok(_) => format!("{value} is over {MAX_JOB_HISTORY}"),
+                Err(reason) => reason,
+            };
+            breach(
+                format!("spec.{field}"),
+                "wasmop/cronJobHistory",
+                format!(
+                    "{reason}: a CronJob keeps at most {MAX_JOB_HISTORY} finished Jobs of each \
+                     outcome (Kubernetes keeps 3 successful and 1 failed when unset), since \
+                     every Job kept keeps its pods"
+                ),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -1519,11 +1608,185 @@ mod tests {
         );
     }
 
+    /// A CronJob that runs one Job at a time and keeps Kubernetes' default history, with
+    /// `change` applied.
+    fn a_cron_job(change: impl FnOnce(&mut Value)) -> Value {
+        let mut object = json!({
+            "metadata": {"name": "backup"},
+            "spec": {
+                "schedule": "*/5 * * * *",
+                "concurrencyPolicy": "Forbid",
+                "jobTemplate": {"spec": {"parallelism": 1, "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "i"}],
+                }}}},
+            },
+        });
+        change(&mut object);
+        object
+    }
+
+    #[test]
+    fn cron_jobs_are_refused_with_field_and_rule() {
+        let policy = Policy::default();
+        let v1 = "batch/v1";
+        let set = |field: &'static str, value: Value| move |o: &mut Value| o["spec"][field] = value;
+        type Change = Box<dyn FnOnce(&mut Value)>;
+        let concurrency = "spec.concurrencyPolicy";
+        let cases: Vec<(Change, &str, &str, &str)> = vec![
+            // The review's attack: a run a minute, each never ending, none replaced.
+            (
+                Box::new(|o: &mut Value| {
+                    o["spec"]["schedule"] = json!("* * * * *");
+                    o["spec"]["concurrencyPolicy"] = json!("Allow");
+                    o["spec"]["jobTemplate"]["spec"]["parallelism"] = json!(64);
+                    o["spec"]["successfulJobsHistoryLimit"] = json!(1000);
+                    o["spec"]["failedJobsHistoryLimit"] = json!(1000);
+                }),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "\"Allow\" is not Forbid or Replace: Allow starts a new Job on every schedule",
+            ),
+            // Unset is Allow.
+            (
+                Box::new(|o: &mut Value| {
+                    o["spec"]
+                        .as_object_mut()
+                        .map(|s| s.remove("concurrencyPolicy"));
+                }),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "unset means Allow; it must be Forbid or Replace",
+            ),
+            (
+                Box::new(set("concurrencyPolicy", json!(null))),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "unset means Allow",
+            ),
+            // The API server defaults an empty value to Allow, and refuses other spellings.
+            (
+                Box::new(set("concurrencyPolicy", json!(""))),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "\"\" is not Forbid or Replace",
+            ),
+            (
+                Box::new(set("concurrencyPolicy", json!("forbid"))),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "\"forbid\" is not Forbid or Replace",
+            ),
+            (
+                Box::new(set("concurrencyPolicy", json!(["Forbid"]))),
+                "wasmop/cronJobConcurrency",
+                concurrency,
+                "[\"Forbid\"] is not Forbid or Replace",
+            ),
+            // History: each Job kept keeps its pods.
+            (
+                Box::new(set("successfulJobsHistoryLimit", json!(1000))),
+                "wasmop/cronJobHistory",
+                "spec.successfulJobsHistoryLimit",
+                "1000 is over 10: a CronJob keeps at most 10 finished Jobs of each outcome",
+            ),
+            (
+                Box::new(set("failedJobsHistoryLimit", json!(11))),
+                "wasmop/cronJobHistory",
+                "spec.failedJobsHistoryLimit",
+                "11 is over 10",
+            ),
+            (
+                Box::new(set("failedJobsHistoryLimit", json!(1e3))),
+                "wasmop/cronJobHistory",
+                "spec.failedJobsHistoryLimit",
+                "1000.0 is over 10",
+            ),
+            (
+                Box::new(set("successfulJobsHistoryLimit", json!(1e300))),
+                "wasmop/cronJobHistory",
+                "spec.successfulJobsHistoryLimit",
+                "1e+300 is over 10",
+            ),
+            (
+                Box::new(set("successfulJobsHistoryLimit", json!("1000"))),
+                "wasmop/cronJobHistory",
+                "spec.successfulJobsHistoryLimit",
+                "\"1000\" is not a number",
+            ),
+            (
+                Box::new(set("failedJobsHistoryLimit", json!(-1))),
+                "wasmop/cronJobHistory",
+                "spec.failedJobsHistoryLimit",
+                "-1 is not a count of Jobs",
+            ),
+            (
+                Box::new(set("failedJobsHistoryLimit", json!(2.5))),
+                "wasmop/cronJobHistory",
+                "spec.failedJobsHistoryLimit",
+                "2.5 is not a count of Jobs",
+            ),
+        ];
+        for (change, rule, path, reason) in cases {
+            let breach = run(&policy, v1, "CronJob", a_cron_job(change))
+                .unwrap_or_else(|| panic!("{path} ({reason}) must be refused"));
+            assert_eq!(
+                (breach.rule.as_str(), breach.path.as_str()),
+                (rule, path),
+                "{breach:?}"
+            );
+            assert!(breach.reason.starts_with(reason), "{breach:?}");
+        }
+    }
+
+    #[test]
+    fn cron_jobs_that_run_one_job_at_a_time_with_a_short_history_pass() {
+        let v1 = "batch/v1";
+        let policy = Policy::default();
+        type Change = Box<dyn FnOnce(&mut Value)>;
+        let fine: Vec<Change> = vec![
+            Box::new(|_| {}),
+            Box::new(|o| o["spec"]["concurrencyPolicy"] = json!("Replace")),
+            // Kubernetes' defaults, the bound, none kept, and whole numbers written as floats.
+            Box::new(|o| {
+                o["spec"]["successfulJobsHistoryLimit"] = json!(3);
+                o["spec"]["failedJobsHistoryLimit"] = json!(1);
+            }),
+            Box::new(|o| {
+                o["spec"]["successfulJobsHistoryLimit"] = json!(MAX_JOB_HISTORY);
+                o["spec"]["failedJobsHistoryLimit"] = json!(MAX_JOB_HISTORY);
+            }),
+            Box::new(|o| {
+                o["spec"]["successfulJobsHistoryLimit"] = json!(0);
+                o["spec"]["failedJobsHistoryLimit"] = json!(null);
+            }),
+            Box::new(|o| o["spec"]["successfulJobsHistoryLimit"] = json!(1e1)),
+            // One run at a time bounds it: schedule, completions and backoff only make it
+            // longer (parallelism is held to maxReplicas by `replicas`, after this check).
+            Box::new(|o| {
+                o["spec"]["schedule"] = json!("* * * * *");
+                o["spec"]["jobTemplate"]["spec"]["completions"] = json!(1_000_000);
+                o["spec"]["jobTemplate"]["spec"]["backoffLimit"] = json!(1_000_000);
+            }),
+        ];
+        for change in fine {
+            let object = a_cron_job(change);
+            assert_eq!(
+                run(&policy, v1, "CronJob", object.clone()),
+                None,
+                "{object}"
+            );
+        }
+    }
+
     #[test]
     fn the_table_knows_its_kinds_and_the_scalable_ones() {
         assert!(check_of("networking.k8s.io/v1", "Ingress").is_some());
         assert!(check_of("networking.k8s.io/v1beta1", "Ingress").is_none());
         assert!(check_of("example.com/v1", "Widget").is_none());
+        assert!(check_of("batch/v1", "CronJob").is_some());
+        // A Job is one run: its pods at once are `parallelism`, bounded by `replicas`.
+        assert!(check_of("batch/v1", "Job").is_none());
         assert!(is_scalable("apps/v1", "StatefulSet"));
         assert!(!is_scalable("apps/v1", "DaemonSet"));
     }

@@ -1074,7 +1074,8 @@ mod tests {
         let spec = hardened(&|s| s["containers"][0]["securityContext"]["privileged"] = json!(true));
         let cronjob = obj(
             json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
-            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
+            "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                "jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
         );
         let err = check(&policy, "kv", "ns", &owns, vec![cronjob]).expect_err("privileged");
         assert!(
@@ -1085,7 +1086,8 @@ mod tests {
         );
         let labelled = obj(
             json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
-            "spec": {"jobTemplate": {"metadata": {"labels": {"wasmop.dev/app": "other"}}}}}),
+            "spec": {"concurrencyPolicy": "Forbid",
+                "jobTemplate": {"metadata": {"labels": {"wasmop.dev/app": "other"}}}}}),
         );
         let err = check(&policy, "kv", "ns", &owns, vec![labelled]).expect_err("host label");
         assert!(
@@ -1530,6 +1532,7 @@ mod tests {
             match kind {
                 "CronJob" => {
                     spec["schedule"] = json!("* * * * *");
+                    spec["concurrencyPolicy"] = json!("Forbid");
                     spec["jobTemplate"]["spec"]["template"] = template();
                 }
                 "HorizontalPodAutoscaler" => {}
