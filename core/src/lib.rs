@@ -14,6 +14,7 @@ pub mod deletion;
 pub mod health;
 pub mod object;
 pub mod observed;
+pub mod snapshot;
 pub mod stamp;
 pub mod status;
 #[cfg(test)]

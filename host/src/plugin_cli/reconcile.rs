@@ -32,74 +32,35 @@ pub(super) struct ReconcileOnce<'a> {
 /// from (a plugin fault, a rejected plan) is an error naming the cause.
 pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
     use wasmop_core::{
-        Requeue, Snapshot,
+        Requeue,
         decide::{self, PluginState},
-        observed::{ObservedObject, visible_to},
-        stamp::AppRef,
-        status::AppStatus,
+        observed::visible_to,
     };
-    let text = |p: &str| {
-        run.app
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+    // Into service now, as the host would put it (the decision keeps the App's own
+    // `loadedAt` when the digest is the one it already runs).
+    let plugin = PluginState::Serving {
+        label: run.compiled.label(),
+        status: plugin_status_of(
+            run.plugin.to_string(),
+            run.compiled,
+            chrono::DateTime::from_timestamp_millis(run.now_ms).map(|t| t.to_rfc3339()),
+        ),
+        newer_refused: None,
+        uncached: None,
     };
-    let app_ref = AppRef {
-        name: text("/metadata/name"),
-        namespace: text("/metadata/namespace"),
-        uid: text("/metadata/uid"),
-        generation: run
-            .app
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64),
-    };
-    let previous: AppStatus = match run.app.get("status") {
-        Some(status) => serde_json::from_value(status.clone())
-            .context("the App's status is not a valid App status")?,
-        None => AppStatus::default(),
-    };
-    // What the host's caches would hold for the App: objects labelled with it, as fetch reads
-    // them (a claim or Job of another App is not this App's, whatever the file holds).
-    let observed: Vec<ObservedObject> = run
-        .observed
-        .iter()
-        .filter(|o| {
-            o.pointer("/metadata/labels")
-                .and_then(|l| l.get(wasmop_core::observed::APP_LABEL))
-                .and_then(Value::as_str)
-                == Some(app_ref.name.as_str())
-        })
-        .filter_map(|o| ObservedObject::from_value(o.clone(), &app_ref.uid))
-        .collect();
+    let now = k8s_openapi::jiff::Timestamp::from_millisecond(run.now_ms)
+        .context("--now is out of range")?;
+    let snapshot =
+        wasmop_core::snapshot::from_json(run.app, run.observed.iter().cloned(), now, plugin)?;
+    let app_ref = snapshot.app.clone();
     let metadata = &run.compiled.metadata;
     let visible = visible_to(
-        &observed,
+        &snapshot.observed,
         &metadata.owns,
         &metadata.observes,
         run.compiled.capabilities.contains(&Capability::Backup),
     );
     let cx = AppContext::new(run.app, visible.map(|o| &o.json), run.now_ms);
-    let snapshot = Snapshot {
-        app: app_ref.clone(),
-        desired_version: text("/spec/version"),
-        previous,
-        observed,
-        now: k8s_openapi::jiff::Timestamp::from_millisecond(run.now_ms)
-            .context("--now is out of range")?,
-        plugin: PluginState::Serving {
-            label: run.compiled.label(),
-            // Into service now, as the host would put it (the decision keeps the App's own
-            // `loadedAt` when the digest is the one it already runs).
-            status: plugin_status_of(
-                run.plugin.to_string(),
-                run.compiled,
-                chrono::DateTime::from_timestamp_millis(run.now_ms).map(|t| t.to_rfc3339()),
-            ),
-            newer_refused: None,
-            uncached: None,
-        },
-    };
     let check = guard::AppCheck {
         policy: run.policy.clone(),
         policy_name: run.policy_name.to_string(),

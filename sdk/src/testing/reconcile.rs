@@ -21,9 +21,8 @@ use wasmop_core::{
     decide::{self, PluginState},
     decide_deletion,
     object::PluginObject,
-    observed::{ObservedObject, visible_to},
-    stamp::AppRef,
-    status::{AppStatus, PluginStatus},
+    observed::visible_to,
+    status::PluginStatus,
 };
 
 use super::{Fixture, answers as rules};
@@ -83,54 +82,36 @@ impl Fixture {
     fn snapshot<P: Exported>(&self) -> Result<(Snapshot, Vec<String>, Vec<String>), Error> {
         let app: Value = serde_json::from_str(&self.app)
             .map_err(|e| Error::invalid_input(format!("the App is not JSON: {e}")))?;
-        let text = |p: &str| app.pointer(p).and_then(Value::as_str).map(str::to_string);
-        let app_ref = AppRef {
-            name: text("/metadata/name")
-                .ok_or_else(|| Error::invalid_input("the App has no metadata.name"))?,
-            namespace: text("/metadata/namespace").unwrap_or_else(|| "default".into()),
-            uid: text("/metadata/uid").unwrap_or_default(),
-            generation: app.pointer("/metadata/generation").and_then(Value::as_i64),
-        };
-        let mut previous: AppStatus = match app.get("status") {
-            Some(status) => serde_json::from_value(status.clone())
-                .map_err(|e| Error::invalid_input(format!("the App's status: {e}")))?,
-            None => AppStatus::default(),
-        };
-        if let Some(current) = &self.current_version {
-            previous.version = Some(current.clone());
-        }
-        let observed: Vec<ObservedObject> = self
-            .observed
-            .iter()
-            .filter_map(|o| serde_json::from_str(o).ok())
-            .filter_map(|o| ObservedObject::from_value(o, &app_ref.uid))
-            .collect();
         let metadata = P::metadata();
         let checked = rules::metadata(&metadata).map_err(rules::refused::<P>("metadata"))?;
         let capabilities = capabilities::<P>();
-        let snapshot = Snapshot {
-            app: app_ref,
-            desired_version: self.target(),
-            previous,
-            observed,
-            now: k8s_openapi::jiff::Timestamp::from_millisecond(self.now_ms)
-                .map_err(|e| Error::invalid_input(format!("now: {e}")))?,
-            plugin: PluginState::Serving {
-                label: rules::label(&metadata),
-                status: PluginStatus {
-                    reference: "fixture".into(),
-                    digest: "native".into(),
-                    short_digest: "native".into(),
-                    capabilities: capabilities
-                        .iter()
-                        .map(|c| c.interface().to_string())
-                        .collect(),
-                    loaded_at: None,
-                },
-                newer_refused: None,
-                uncached: None,
+        let plugin = PluginState::Serving {
+            label: rules::label(&metadata),
+            status: PluginStatus {
+                reference: "fixture".into(),
+                digest: "native".into(),
+                short_digest: "native".into(),
+                capabilities: capabilities
+                    .iter()
+                    .map(|c| c.interface().to_string())
+                    .collect(),
+                loaded_at: None,
             },
+            newer_refused: None,
+            uncached: None,
         };
+        let now = k8s_openapi::jiff::Timestamp::from_millisecond(self.now_ms)
+            .map_err(|e| Error::invalid_input(format!("now: {e}")))?;
+        let observed = self
+            .observed
+            .iter()
+            .filter_map(|o| serde_json::from_str(o).ok());
+        let mut snapshot = wasmop_core::snapshot::from_json(&app, observed, now, plugin)
+            .map_err(|e| Error::invalid_input(e.to_string()))?;
+        snapshot.desired_version = self.target();
+        if let Some(current) = &self.current_version {
+            snapshot.previous.version = Some(current.clone());
+        }
         Ok((snapshot, checked.owns, checked.observes))
     }
 
