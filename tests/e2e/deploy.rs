@@ -258,7 +258,12 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         ("patch", "apps.wasmop.dev", Some("status"), true),
         ("patch", "pluginpolicies.wasmop.dev", Some("status"), true),
         ("create", "events.events.k8s.io", None, true),
-        ("watch", "rolebindings.rbac.authorization.k8s.io", None, true),
+        (
+            "watch",
+            "rolebindings.rbac.authorization.k8s.io",
+            None,
+            true,
+        ),
         (
             "list",
             "clusterrolebindings.rbac.authorization.k8s.io",
