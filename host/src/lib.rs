@@ -7,9 +7,9 @@
 //! reads, calls and performs.
 //!
 //! The modules, by side (no import cycle between them: `tests/module_cycles.rs`):
-//! - **Triggers and caches**: [`controller`] (the kube-runtime Controller and what requeues an
-//!   App), [`kinds`] (the kind table: caches, observation, triggers, plannable kinds),
-//!   [`reflect`] (a watch into a trimmed cache), [`trim`], [`coalesce`], [`watch_backoff`].
+//! - **Triggers and caches**: [`controller`]: the kube-runtime Controller and what requeues an
+//!   App, with the kind table (`controller::kinds`: caches, observation, triggers, plannable
+//!   kinds), reflectors (`reflect`, `trim`), coalescing and the watches' backoff.
 //! - **One reconcile**: [`reconcile`] (prepare, the guard, calls, execute, status, cleanup).
 //! - **Plugins**: [`plugin`] (source, fetch, verify, compile, registry, sandboxed calls).
 //! - **Bounds from outside the App**: [`policy`] (PluginPolicies and the RBAC bindings view).
@@ -21,21 +21,16 @@
 pub mod api_health;
 pub mod app;
 pub mod cli;
-pub mod coalesce;
 pub mod controller;
 pub mod crd_install;
-pub mod kinds;
 pub mod leader;
 pub mod plugin;
 pub mod plugin_cli;
 pub mod policy;
 pub mod probes;
 pub mod reconcile;
-pub mod reflect;
 pub mod run;
 pub mod telemetry;
-pub mod trim;
-pub mod watch_backoff;
 pub mod write;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of

@@ -333,7 +333,7 @@ async fn drive_config_map(
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher(api, config)
-        .backoff(crate::watch_backoff::WatchBackoff::default())
+        .backoff(crate::controller::watch_backoff::WatchBackoff::default())
         .boxed();
     let mut seen_any = false;
     // Offers in their turn or waiting for it: at most the one being prepared and the newest,

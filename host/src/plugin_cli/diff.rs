@@ -17,7 +17,7 @@ use wasmop_core::ObjectKey;
 
 use crate::{
     app::App,
-    kinds::{Kind, TABLE},
+    controller::kinds::{Kind, TABLE},
     policy::{PluginPolicy, Resolution, resolve},
     reconcile::{execute::is_managed_by, guard},
     write::FIELD_MANAGER,

@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    kinds::{Kind, plannable},
+    controller::kinds::{Kind, plannable},
     plugin::{
         limits::MAX_COMPONENT_BYTES,
         source::{OciRules, TrustedKey},

@@ -42,8 +42,8 @@ use super::{
     resolve, selector,
 };
 use crate::{
+    controller::watch_backoff::WatchBackoff,
     reconcile::guard::{Bound, GRANTS_APP},
-    watch_backoff::WatchBackoff,
     write::FIELD_MANAGER,
 };
 

@@ -34,7 +34,7 @@ pub async fn observe_extra(
     namespace: &str,
     app: &str,
     uid: &str,
-    kinds: &[&crate::kinds::Kind],
+    kinds: &[&crate::controller::kinds::Kind],
 ) -> Result<Vec<ObservedObject>, ExtraKindError> {
     use kube::api::{Api, DynamicObject, ListParams};
     let mut out = Vec::new();

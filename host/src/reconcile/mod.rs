@@ -34,7 +34,7 @@ use kube::{
     },
 };
 
-use crate::kinds::Stores;
+use crate::controller::kinds::Stores;
 use crate::{
     api_health::ApiHealth, app::App, plugin::runtime::PluginRuntime, policy::view::PolicyView,
 };

@@ -205,7 +205,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
 
     let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);
     let metadata = &loaded.compiled.metadata;
-    let extra: Vec<&crate::kinds::Kind> = governing
+    let extra: Vec<&crate::controller::kinds::Kind> = governing
         .rules
         .extra_kinds
         .iter()
@@ -221,7 +221,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             Ok(objects) => {
                 // An extra kind the caches hold too (a bare Pod, under `extraKinds: [v1/Pod]`):
                 // the listing has the whole object, the cache a trimmed copy
-                // (`crate::trim`), which the plan's in-place check must not be held against.
+                // (`crate::controller::trim`), which the plan's in-place check must not be held against.
                 let listed: std::collections::BTreeSet<(&str, &str, &str)> = objects
                     .iter()
                     .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))

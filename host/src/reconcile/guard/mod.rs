@@ -35,7 +35,7 @@ pub use self::{
 use wasmop_core::observed::BACKUP_SLOT_LABEL;
 
 use super::pod_security::Level;
-use crate::kinds::{Kind, plannable};
+use crate::controller::kinds::{Kind, plannable};
 use crate::plugin::{
     object::PluginObject,
     source::{OciRules, SourceRef, is_dns_subdomain, is_under, repository_of},

@@ -24,6 +24,15 @@ use crate::{
     plugin::source::{OciRules, SourceRef},
     policy::{Resolution, view::PolicyView},
     reconcile::{self, Context},
+};
+
+pub mod coalesce;
+pub mod kinds;
+pub mod reflect;
+pub mod trim;
+pub mod watch_backoff;
+
+use self::{
     reflect::{api, ready_of, slim},
     watch_backoff::{NoDelay, WatchBackoff},
 };
@@ -35,7 +44,7 @@ pub struct Settings {
     /// Reconciles running at once.
     pub concurrency: u16,
     /// How long the changes to an App's objects are gathered before it is reconciled once
-    /// for all of them (see [`crate::coalesce`]).
+    /// for all of them (see [`crate::controller::coalesce`]).
     pub coalesce: std::time::Duration,
     /// Where reconciles in flight are reported.
     pub health: ApiHealth,
@@ -82,9 +91,9 @@ pub async fn run(
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     // Every kind of the kind table: its cache, and its changes as triggers, coalesced per App.
-    let (stores, object_changes) = crate::kinds::start(&client, ns);
+    let (stores, object_changes) = crate::controller::kinds::start(&client, ns);
     let object_changes = after_sync(
-        crate::coalesce::coalesce(object_changes, settings.coalesce),
+        crate::controller::coalesce::coalesce(object_changes, settings.coalesce),
         synced_rx.clone(),
         Vec::new,
     );

@@ -28,7 +28,7 @@ use wasmop_core::observed::{APP_LABEL, ObservedObject};
 
 use crate::{
     app::App,
-    reflect::{app_of, owner_of, ready_of, reflect},
+    controller::reflect::{app_of, owner_of, ready_of, reflect},
 };
 
 /// A kind: its group, version, name and resource, and how the host reaches it.
@@ -335,10 +335,7 @@ mod tests {
         let mut pod = Pod::default();
         pod.metadata.name = Some(name.into());
         pod.metadata.namespace = Some("ns".into());
-        pod.metadata.labels = Some(BTreeMap::from([(
-            crate::reconcile::fetch::APP_LABEL.to_string(),
-            app.to_string(),
-        )]));
+        pod.metadata.labels = Some(BTreeMap::from([(APP_LABEL.to_string(), app.to_string())]));
         pod
     }
 
@@ -352,7 +349,7 @@ mod tests {
     #[test]
     fn a_relisting_names_the_listed_and_the_vanished_at_its_end() {
         use kube::runtime::watcher::Event;
-        let mut t = Triggering::new(|p: &Pod| crate::reflect::app_of(p));
+        let mut t = Triggering::new(|p: &Pod| crate::controller::reflect::app_of(p));
         let nothing = Vec::new;
         assert!(t.on(Event::Init, nothing).is_empty());
         assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
@@ -392,13 +389,13 @@ mod tests {
             reference("decoy2", Some(false)),
             reference("real", Some(true)),
         ]);
-        let owner = crate::reflect::owner_of(&cm).expect("an owner");
+        let owner = crate::controller::reflect::owner_of(&cm).expect("an owner");
         assert_eq!(
             (owner.name.as_str(), owner.namespace.as_deref()),
             ("real", Some("ns"))
         );
         cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
-        assert!(crate::reflect::owner_of(&cm).is_none());
+        assert!(crate::controller::reflect::owner_of(&cm).is_none());
     }
 
     /// The install's RBAC drifts from the table in neither direction: every plannable kind can

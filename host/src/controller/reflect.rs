@@ -14,7 +14,8 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{app::App, watch_backoff::WatchBackoff};
+use super::watch_backoff::WatchBackoff;
+use crate::app::App;
 
 pub(crate) fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -35,7 +36,7 @@ type Reflected<K> = (
 pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + crate::trim::Trim
+        + crate::controller::trim::Trim
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
