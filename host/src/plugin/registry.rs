@@ -118,7 +118,7 @@ impl LoadedPlugin {
 
 /// What the registry knows about one source reference.
 #[derive(Clone, Default)]
-pub struct PluginState {
+pub struct SourceState {
     /// The version in service, if one ever loaded.
     pub current: Option<Arc<LoadedPlugin>>,
     /// Why the most recent fetch or load failed, if it did after the last success: what the
@@ -160,8 +160,8 @@ struct Entry {
 }
 
 impl Entry {
-    fn state(&self) -> PluginState {
-        PluginState {
+    fn state(&self) -> SourceState {
+        SourceState {
             current: self.current.clone(),
             last_error: self.last_error.clone(),
             poll_failing: self.polls_failing.as_ref().map(|(_, e)| e.clone()),
@@ -236,13 +236,13 @@ impl PluginRegistry {
     }
 
     /// The state of one source.
-    pub fn get(&self, source: &SourceRef) -> PluginState {
+    pub fn get(&self, source: &SourceRef) -> SourceState {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         entries.get(source).map(Entry::state).unwrap_or_default()
     }
 
     /// The state of every source, sorted by reference.
-    pub fn snapshot(&self) -> Vec<(SourceRef, PluginState)> {
+    pub fn snapshot(&self) -> Vec<(SourceRef, SourceState)> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let mut all: Vec<_> = entries
             .iter()

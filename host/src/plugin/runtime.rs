@@ -15,7 +15,7 @@ use super::{
     compiler::{CompileLimits, Compiler},
     engine::PluginEngine,
     metrics::PluginMetrics,
-    registry::{PluginRegistry, PluginState},
+    registry::{PluginRegistry, SourceState},
     source::{
         SourceRef,
         oci::{OciSource, reach::PrivateNetworks},
@@ -109,7 +109,7 @@ impl PluginRuntime {
     /// `namespace`: the first `acquire` of a source starts its fetch (after a restart the
     /// registry is empty), and the watcher offers every new version to the registry from then
     /// on, charging its compiles and pulls to the namespaces that asked.
-    pub fn acquire(&self, source: &SourceRef, namespace: &str) -> PluginState {
+    pub fn acquire(&self, source: &SourceRef, namespace: &str) -> SourceState {
         self.watcher.ensure(source, namespace);
         self.registry.get(source)
     }
