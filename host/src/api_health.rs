@@ -222,11 +222,6 @@ impl ApiHealth {
         lock(&self.inner.due).insert(app, at);
     }
 
-    /// Forgets when `app` is due: deleted, or waiting for a change rather than a time.
-    pub fn forget(&self, app: &str) {
-        lock(&self.inner.due).remove(app);
-    }
-
     /// Keeps the due times of the Apps `exists` still knows (the controller's App cache).
     pub fn retain_due(&self, exists: impl Fn(&str) -> bool) {
         lock(&self.inner.due).retain(|app, _| exists(app));
