@@ -53,6 +53,8 @@ pub struct PolicyView {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     role_bindings: Store<RoleBinding>,
     cluster_role_bindings: Store<ClusterRoleBinding>,
+    /// Since when each binding watch (RoleBindings, ClusterRoleBindings) has been failing.
+    bindings_failing: std::sync::Mutex<[Option<std::time::Instant>; 2]>,
     host_namespace: Option<String>,
     synced: AtomicBool,
     changes: watch::Sender<u64>,
@@ -71,6 +73,7 @@ impl PolicyView {
             namespaces,
             role_bindings,
             cluster_role_bindings,
+            bindings_failing: std::sync::Mutex::new([None, None]),
             host_namespace,
             synced: AtomicBool::new(false),
             changes: watch::channel(0).0,
@@ -104,8 +107,21 @@ impl PolicyView {
 
     /// The ServiceAccounts of `namespace` that RBAC bindings name, but for those granted to the
     /// App `app` on purpose; `None` until the caches have synced.
+    /// Also `None` while a binding watch has been failing for longer than [`BINDINGS_STALE`]:
+    /// a binding made meanwhile would be missed, so plans wait rather than pass on an old list.
     pub fn bound(&self, namespace: &str, app: &str) -> Option<Bound> {
         if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let failing = *self
+            .bindings_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failing
+            .iter()
+            .flatten()
+            .any(|since| since.elapsed() > BINDINGS_STALE)
+        {
             return None;
         }
         let role_bindings = self.role_bindings.state();
@@ -116,6 +132,23 @@ impl PolicyView {
             namespace,
             app,
         ))
+    }
+
+    /// Records how binding watch `which` (0: RoleBindings, 1: ClusterRoleBindings) answered.
+    fn bindings_seen(&self, which: usize, ok: bool) {
+        let mut failing = self
+            .bindings_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (ok, failing[which]) {
+            (true, _) => failing[which] = None,
+            (false, None) => failing[which] = Some(std::time::Instant::now()),
+            (false, Some(since)) if since.elapsed() > BINDINGS_STALE => tracing::warn!(
+                failing_s = since.elapsed().as_secs(),
+                "an RBAC binding watch keeps failing; plans wait until it answers (can the host list and watch rolebindings and clusterrolebindings?)"
+            ),
+            (false, Some(_)) => {}
+        }
     }
 
     /// Ticks after every change of a policy, of a namespace's labels or of an RBAC binding.
@@ -160,8 +193,13 @@ impl PolicyView {
             .modify(|b: &mut RoleBinding| slim_binding(&mut b.metadata)),
         )
         .backoff(WatchBackoff::default())
-        .touched_objects()
-        .map(|event| event.is_ok());
+        .map({
+            let view = Arc::clone(&self);
+            move |event| {
+                view.bindings_seen(0, event.is_ok());
+                event.is_ok()
+            }
+        });
         let cluster_role_bindings = reflector::reflector(
             writers.cluster_role_bindings,
             watcher(
@@ -171,8 +209,13 @@ impl PolicyView {
             .modify(|b: &mut ClusterRoleBinding| slim_binding(&mut b.metadata)),
         )
         .backoff(WatchBackoff::default())
-        .touched_objects()
-        .map(|event| event.is_ok());
+        .map({
+            let view = Arc::clone(&self);
+            move |event| {
+                view.bindings_seen(1, event.is_ok());
+                event.is_ok()
+            }
+        });
         let mut events = std::pin::pin!(futures::stream::select_all([
             policies.boxed(),
             namespaces.boxed(),
@@ -294,6 +337,10 @@ impl PolicyView {
         }
     }
 }
+
+/// How long a binding watch may fail before [`PolicyView::bound`] stops answering: longer than
+/// the watch's own retries take to reach the API server again after a restart.
+const BINDINGS_STALE: Duration = Duration::from_secs(60);
 
 /// The reflector writers [`PolicyView::run`] fills.
 pub struct Writers {
@@ -607,5 +654,26 @@ mod tests {
             "{:?}",
             got.conditions
         );
+    }
+
+    /// A binding watch that keeps failing past [`BINDINGS_STALE`] makes plans wait (`None`)
+    /// rather than pass on an old list; one answer from it again and they go on.
+    #[test]
+    fn a_failing_binding_watch_holds_plans_until_it_answers() {
+        let (view, _writers) = PolicyView::new(None);
+        view.synced.store(true, Ordering::Release);
+        assert_eq!(view.bound("ns", "kv"), Some(Bound::default()));
+        view.bindings_seen(1, false);
+        assert!(
+            view.bound("ns", "kv").is_some(),
+            "a fresh failure is the watch's to retry"
+        );
+        let long_ago = std::time::Instant::now()
+            .checked_sub(BINDINGS_STALE + Duration::from_secs(1))
+            .expect("the clock has run that long");
+        view.bindings_failing.lock().expect("not poisoned")[1] = Some(long_ago);
+        assert_eq!(view.bound("ns", "kv"), None);
+        view.bindings_seen(1, true);
+        assert!(view.bound("ns", "kv").is_some());
     }
 }
