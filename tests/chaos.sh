@@ -8,6 +8,8 @@
 #   tests/chaos.sh --minutes 60           longer
 #   tests/chaos.sh --minutes 10 --seed S  replays the schedule of a run (not its timing)
 #
+# tests/run.sh runs the same test for 2.5 minutes with seed 46 as its last step.
+#
 # It stops and starts parts of the shared local cluster: run nothing else against it meanwhile.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

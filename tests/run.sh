@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test wasmop has: formatting, the dependency rules (deny.toml), clippy (warnings are
 # errors, with and without the benchmark's native-plugins), the docs' links, unit tests, the
-# plugin builds for wasm32-wasip2, and the end-to-end tests against the real local cluster and
-# registry.
+# plugin builds for wasm32-wasip2, the end-to-end tests against the real local cluster and
+# registry, and a short chaos soak (tests/chaos.sh) against them.
 #
 #   tests/run.sh            everything
 #   tests/run.sh e2e        only the end-to-end tests (cluster must be startable)
@@ -127,5 +127,17 @@ timed=(journey:: plugin_sources::a_configmap_update_swaps_within_two_seconds)
 cargo test --locked -p wasmop-e2e -- --test-threads 2 --skip faults:: "${timed[@]/#/--skip=}"
 step "end-to-end tests with a latency bound, one at a time"
 cargo test --locked -p wasmop-e2e -- --test-threads 1 --nocapture "${timed[@]}"
-step "end-to-end fault tests: the host, kube-apiserver and etcd killed (one at a time)"
+step "end-to-end fault tests: the host, kube-apiserver, etcd and kwok stopped (one at a time)"
 cargo test --locked -p wasmop-e2e faults:: -- --test-threads 1 --nocapture
+
+step "chaos soak, short: 2.5 minutes of seeded faults, then the invariants (tests/chaos.sh)"
+# Last, on the same cluster: like the fault tests it restarts kube-apiserver and takes the
+# registry down, so nothing may run beside it, and it needs no cluster of its own (its Apps live
+# in a namespace of their own). A fixed seed, so that every run replays the same schedule of
+# faults (not their timing); a failure prints the seed and the command to replay it at length.
+# About 4 minutes: the faults, the convergence (30-60 s) and the checks; the 10- and 60-minute
+# runs are tests/chaos.sh --minutes M, not part of this script.
+soak_started=$SECONDS
+WASMOP_CHAOS_MINUTES=2.5 WASMOP_CHAOS_SEED=46 \
+  cargo test --locked -p wasmop-e2e chaos::soak -- --ignored --exact --nocapture
+echo "chaos soak: $((SECONDS - soak_started)) s"

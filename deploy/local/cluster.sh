@@ -13,8 +13,10 @@
 #
 # The control plane is etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from
 # the Go module proxy at the versions pinned in deploy/local/tools/*/go.mod, plus kwok, which plays
-# the kubelet for three fake nodes so that Pods become Running and Ready. PersistentVolumeClaims
-# bind through the controller-manager's hostPath provisioner (default StorageClass "standard").
+# the kubelet for three fake nodes so that Pods become Running and Ready, and Ready again when
+# their node is back from NotReady (its Stages: deploy/local/kwok-stages.yaml).
+# PersistentVolumeClaims bind through the controller-manager's hostPath provisioner (default
+# StorageClass "standard").
 # The registry is Debian's docker-registry with its own config and storage.
 #
 # The API server writes an audit log (target/local/logs/audit.log) of the requests of the

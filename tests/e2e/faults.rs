@@ -2,8 +2,10 @@
 //! (see [`a_host_killed_mid_converge_converges_after_a_restart_losing_nothing`]); control-plane
 //! faults: `kill -9` of kube-apiserver or etcd, started again 20 s later with
 //! `deploy/local/cluster.sh start` ([`survives_outage_of`]); Apps deleted while the host is
-//! down; a leader frozen, then killed; the registry down during a swap. Each test states what
-//! it checks; the README's fault matrix tables them (issue 20 was the first: the host went deaf
+//! down; a leader frozen, then killed; the registry down during a swap. And one of the local
+//! cluster itself: kwok stopped until its nodes are NotReady, and their Pods Ready again once it
+//! is back ([`a_node_back_from_not_ready_has_its_pods_ready_again`]). Each test states what it
+//! checks; the README's fault matrix tables them (issue 20 was the first: the host went deaf
 //! after an API server restart while `/readyz` said ok).
 //!
 //! These tests stop the shared control plane, so they must not run beside other tests:
@@ -1405,5 +1407,130 @@ async fn a_clock_jump_of_a_day_runs_one_backup_not_one_per_missed_slot() -> anyh
     );
     drop(host);
     let _ = std::fs::remove_file(&offset);
+    ns.delete().await
+}
+
+/// The `Ready` condition of each Pod in `pods`, by name ("True", "False", or "" without one).
+async fn pods_ready(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    use kube::ResourceExt;
+    Ok(pods
+        .list(&kube::api::ListParams::default())
+        .await?
+        .into_iter()
+        .map(|pod| {
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            (pod.name_any(), ready)
+        })
+        .collect())
+}
+
+/// The `Ready` condition of each kwok node, by name.
+async fn nodes_ready(
+    client: &Client,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    use kube::ResourceExt;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    Ok(nodes
+        .list(&kube::api::ListParams::default().labels("type=kwok"))
+        .await?
+        .into_iter()
+        .map(|node| {
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            (node.name_any(), ready)
+        })
+        .collect())
+}
+
+/// The local cluster heals as one with kubelets does (issue 46), so that the soak's `Ready`
+/// invariant judges the host, not kwok. kwok, which plays the kubelet of every node, stops;
+/// after the node-lifecycle controller's grace period (50 s) it marks the silent nodes NotReady
+/// and sets `Ready` False on their Pods. kwok starts again: the nodes are Ready again, and so
+/// are the same Pods (not replacements), as a kubelet that is back reports them
+/// (`deploy/local/kwok-stages.yaml`, stage `pod-ready-again`). Before that stage they stayed
+/// Running and not Ready for good.
+#[tokio::test]
+async fn a_node_back_from_not_ready_has_its_pods_ready_again() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "fault-node").await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns.name);
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 3,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+                    },
+                },
+            }))?,
+        )
+        .await?;
+    let before = wait_for("3 Pods Ready", Duration::from_secs(60), || async {
+        let ready = pods_ready(&pods).await?;
+        Ok((ready.len() == 3 && ready.values().all(|r| r == "True")).then_some(ready))
+    })
+    .await?;
+
+    cluster(&["stop", "kwok"]).await?;
+    let stopped = Instant::now();
+    let outage = wait_for(
+        "the nodes NotReady and their Pods not Ready",
+        Duration::from_secs(120),
+        || async {
+            let nodes = nodes_ready(&client).await?;
+            let ready = pods_ready(&pods).await?;
+            let none_ready =
+                nodes.values().all(|r| r != "True") && ready.values().all(|r| r == "False");
+            Ok(none_ready.then_some(()))
+        },
+    )
+    .await;
+    let silent_for = stopped.elapsed();
+    // kwok runs again whatever happened above.
+    cluster(&["start", "kwok"]).await?;
+    outage?;
+    let back = Instant::now();
+    let (nodes_at, after) = wait_for(
+        "the nodes and the same Pods Ready again",
+        Duration::from_secs(60),
+        || async {
+            let nodes = nodes_ready(&client).await?;
+            let ready = pods_ready(&pods).await?;
+            let all_ready =
+                nodes.values().all(|r| r == "True") && ready.values().all(|r| r == "True");
+            Ok(all_ready.then_some((back.elapsed(), ready)))
+        },
+    )
+    .await?;
+    eprintln!(
+        "nodes and Pods not Ready {:.1}s after kwok stopped; all Ready again {:.1}s after it \
+         started",
+        silent_for.as_secs_f64(),
+        nodes_at.as_secs_f64()
+    );
+    anyhow::ensure!(
+        before.keys().eq(after.keys()),
+        "the Pods were replaced, not made Ready again: {before:?} -> {after:?}"
+    );
     ns.delete().await
 }

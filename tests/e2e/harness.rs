@@ -2,19 +2,25 @@
 //! on conditions with deadlines (never blind sleeps), and runs the `wasmop` binary.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
+    ffi::OsString,
     future::Future,
     path::{Path, PathBuf},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client, Config,
-    api::{DeleteParams, PostParams},
+    Api, Client, Config, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
+use wasmop_host::{app::App, reconcile::FINALIZER};
 
 /// The local cluster and registry `deploy/local/cluster.sh` started, as it describes them in
 /// its state directory (`$WASMOP_LOCAL_STATE`, default `target/local/`), and nothing else: the
@@ -159,6 +165,7 @@ pub struct TestNamespace {
     /// The namespace's name.
     pub name: String,
     api: Api<Namespace>,
+    client: Client,
 }
 
 impl TestNamespace {
@@ -172,17 +179,159 @@ impl TestNamespace {
         api.create(&PostParams::default(), &ns)
             .await
             .with_context(|| format!("creating namespace {name}"))?;
-        Ok(Self { name, api })
+        Ok(Self {
+            name,
+            api,
+            client: client.clone(),
+        })
     }
 
-    /// Deletes the namespace (in the background; the test need not wait for finalization).
+    /// Deletes the namespace (in the background; the test need not wait for finalization),
+    /// after its Apps ([`release_apps`]): a namespace whose App keeps the host's finalizer
+    /// while no host runs stays `Terminating` for ever.
     pub async fn delete(self) -> anyhow::Result<()> {
+        release_apps(&self.client, &self.name)
+            .await
+            .with_context(|| format!("deleting the Apps of namespace {}", self.name))?;
         self.api
             .delete(&self.name, &DeleteParams::background())
             .await
             .with_context(|| format!("deleting namespace {}", self.name))?;
         Ok(())
     }
+}
+
+/// How long a running host of the test may take to finalize the Apps of a namespace being
+/// deleted before [`release_apps`] removes their finalizer itself.
+const FINALIZE: Duration = Duration::from_secs(20);
+
+/// Deletes the Apps of `namespace` and sees them gone. A host of this test process that
+/// watches the namespace ([`Watching`]) finalizes them as it would any App (given [`FINALIZE`]);
+/// the host's finalizer is then removed from those still there, and from all of them at once
+/// when no such host runs (the test stopped it, killed it or never ran one): nothing would ever
+/// remove it, and the namespace's deletion would hang on them (issue 46 found 14 namespaces
+/// `Terminating` after a green `tests/run.sh`). The namespace's deletion removes what they own.
+async fn release_apps(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let apps: Api<App> = Api::namespaced(client.clone(), namespace);
+    let names: Vec<String> = match apps.list(&ListParams::default()).await {
+        Ok(list) => list.items.iter().map(ResourceExt::name_any).collect(),
+        // No App resource: no host ever ran against this cluster.
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(err) => return Err(err).context("listing the Apps"),
+    };
+    if names.is_empty() {
+        return Ok(());
+    }
+    for name in &names {
+        match apps.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err).with_context(|| format!("deleting App {name}")),
+        }
+    }
+    if watched_by_a_host(namespace) {
+        // Not finalized in time is not a failure of the test: what is left is released below.
+        let _ = wait_for(
+            "the test's host to finalize the deleted Apps",
+            FINALIZE,
+            || async {
+                Ok(apps
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .is_empty()
+                    .then_some(()))
+            },
+        )
+        .await;
+    }
+    wait_for(
+        "no App holding the host's finalizer",
+        Duration::from_secs(30),
+        || async {
+            let mut held = 0;
+            for app in apps.list(&ListParams::default()).await? {
+                if !app.finalizers().iter().any(|f| f == FINALIZER) {
+                    continue;
+                }
+                held += 1;
+                let rest: Vec<&String> = app
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != FINALIZER)
+                    .collect();
+                // The resourceVersion makes a concurrent change (a host finalizing it after
+                // all) a conflict, looked at again on the next round.
+                let patch = serde_json::json!({"metadata": {
+                    "finalizers": rest, "resourceVersion": app.resource_version(),
+                }});
+                match apps
+                    .patch(
+                        &app.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                {
+                    Ok(_) => held -= 1,
+                    Err(kube::Error::Api(status)) if [404, 409].contains(&status.code) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            Ok((held == 0).then_some(()))
+        },
+    )
+    .await
+}
+
+/// The hosts this test process runs, by a number of their own: the namespaces each watches,
+/// `None` for the whole cluster.
+static HOSTS: Mutex<BTreeMap<u64, Option<Vec<String>>>> = Mutex::new(BTreeMap::new());
+static NEXT_HOST: AtomicU64 = AtomicU64::new(0);
+
+/// That a host of this test process runs, and which namespaces it watches, for as long as this
+/// lives (a [`crate::apps::Host`] holds one): [`TestNamespace::delete`] leaves the Apps of a
+/// namespace that such a host watches to it to finalize.
+pub struct Watching(u64);
+
+impl Watching {
+    /// From the host's command line: the values of its `--namespace`/`-n` options (repeated or
+    /// comma-separated, as `wasmop run` takes them); none means the whole cluster.
+    pub fn from_args(args: &[OsString]) -> Self {
+        let mut namespaces = Vec::new();
+        let mut args = args.iter().map(|a| a.to_string_lossy());
+        while let Some(arg) = args.next() {
+            let value = match arg.as_ref() {
+                "--namespace" | "-n" => args.next().map(|v| v.to_string()),
+                other => other.strip_prefix("--namespace=").map(str::to_string),
+            };
+            namespaces.extend(value.iter().flat_map(|v| v.split(',').map(str::to_string)));
+        }
+        let id = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut hosts) = HOSTS.lock() {
+            hosts.insert(id, (!namespaces.is_empty()).then_some(namespaces));
+        }
+        Self(id)
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if let Ok(mut hosts) = HOSTS.lock() {
+            hosts.remove(&self.0);
+        }
+    }
+}
+
+/// Whether a host of this test process runs that watches `namespace`.
+fn watched_by_a_host(namespace: &str) -> bool {
+    HOSTS.lock().is_ok_and(|hosts| {
+        hosts.values().any(|watched| {
+            watched
+                .as_ref()
+                .is_none_or(|ns| ns.iter().any(|n| n == namespace))
+        })
+    })
 }
 
 /// Polls `probe` until it yields `Some`, failing with `what` and the last observation after
