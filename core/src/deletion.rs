@@ -2,7 +2,7 @@
 //! the App through their owner references; claims outlive it (they hold data) unless the
 //! plugin's `finalize` says to delete them. [`decide_deletion`] computes, from the same
 //! [`Snapshot`] a reconcile reads, what one pass of deletion does; the host's executor performs
-//! it behind the [`FINALIZER`], `wasmop plugin run` and the SDK's `Fixture` show it.
+//! it behind the [`FINALIZER`], and the SDK's `Fixture::delete` shows it.
 //!
 //! Order matters. A StatefulSet recreates a claim it lost for as long as it runs (a pod it is
 //! still creating gets its claim again), so claims deleted while their StatefulSet lives can
@@ -25,6 +25,9 @@ use crate::{
 /// The finalizer the host puts on every App it serves: deletion waits for it until the
 /// deletion's decision is carried out.
 pub const FINALIZER: &str = "wasmop.dev/cleanup";
+
+/// How long a StatefulSet may take to go before deletion says on the App that it waits.
+const STUCK: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// What one pass of deleting an App does, in the order the executor performs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +113,23 @@ pub fn decide_deletion(snapshot: &Snapshot, calls: &mut dyn PluginCalls) -> Dele
             .map(|o| key(o))
             .collect();
         let names: Vec<String> = makers.iter().map(|o| key(o).to_string()).collect();
-        let events = match stop.is_empty() {
+        // A set that does not go (a pod on a node that is gone, a finalizer of someone
+        // else's) holds the App: say so on the App, with the way out.
+        let stuck = makers.iter().any(|o| {
+            o.json
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|since| {
+                    snapshot.now.duration_since(since).as_secs() >= STUCK.as_secs() as i64
+                })
+        });
+        let waiting = format!(
+            "waiting for {} to stop before its claims are decided (remove the finalizer \
+             {FINALIZER} to delete without finalize)",
+            names.join(", ")
+        );
+        let mut events = match stop.is_empty() {
             true => Vec::new(),
             false => vec![Event::normal(
                 "Finalizing",
@@ -123,14 +142,20 @@ pub fn decide_deletion(snapshot: &Snapshot, calls: &mut dyn PluginCalls) -> Dele
                 ),
             )],
         };
+        if stuck {
+            events.push(Event::warning(
+                "FinalizeWaiting",
+                format!(
+                    "{waiting}; still there {} minutes after its deletion",
+                    STUCK.as_secs() / 60
+                ),
+            ));
+        }
         return Deletion {
             stop,
             delete: Vec::new(),
             events,
-            finalizer: Finalizer::Wait(format!(
-                "waiting for {} to stop before its claims are decided",
-                names.join(", ")
-            )),
+            finalizer: Finalizer::Wait(waiting),
         };
     }
 
@@ -322,6 +347,12 @@ mod tests {
             "{waiting:?}"
         );
         assert_eq!(plugin.asked, 0);
+        // Still there five minutes on: the App hears it, with the way out.
+        let mut later = stopping.clone();
+        later.now += std::time::Duration::from_secs(301);
+        let stuck = decide_deletion(&later, &mut plugin);
+        assert_eq!(stuck.events.len(), 1);
+        assert!(stuck.events[0].warning && stuck.events[0].note.contains(FINALIZER));
 
         // Gone: finalize decides about every claim there is now.
         let gone = snapshot(serving(), vec![claim("data-kv-0"), claim("data-kv-1")]);

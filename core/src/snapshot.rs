@@ -24,9 +24,9 @@ pub enum SnapshotError {
 }
 
 /// The snapshot of `app` at `now` with `plugin`, observing of `objects` what the host's caches
-/// hold for it: the objects labelled with the App (`wasmop.dev/app`; a claim or Job of another
-/// App is not this App's, whatever the file holds). A namespace left out is `default`, as
-/// kubectl reads it.
+/// hold for it: the objects of its namespace labelled with the App (`wasmop.dev/app`; a claim or
+/// Job of another App is not this App's, whatever the file holds). A namespace left out is
+/// `default`, as kubectl reads it; an object without one is taken to be in the App's.
 pub fn from_json(
     app: &Value,
     objects: impl IntoIterator<Item = Value>,
@@ -46,6 +46,12 @@ pub fn from_json(
     };
     let observed = objects
         .into_iter()
+        // An object of another namespace is no object of the App's, whatever its labels.
+        .filter(|o| {
+            o.pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .is_none_or(|ns| ns == app_ref.namespace)
+        })
         .filter(|o| {
             o.pointer("/metadata/labels")
                 .and_then(|l| l.get(APP_LABEL))
@@ -83,6 +89,8 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": "other", "labels": {"wasmop.dev/app": "billing"}}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "user"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "elsewhere",
+                "namespace": "team-b", "labels": {"wasmop.dev/app": "kv"}}}),
         ];
         let now = Timestamp::from_second(1_800_000_000).expect("time");
         let snapshot = from_json(&app, objects, now, serving(&[])).expect("an App");

@@ -67,7 +67,8 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
         app: app_ref.name.clone(),
         namespace: app_ref.namespace.clone(),
         owns: metadata.owns.clone(),
-        // No cluster, so no RBAC bindings: `plugin run` cannot tell which names they hold.
+        // RBAC bindings are not read here (`--live` included): the host refuses a planned
+        // ServiceAccount a binding names, which this run does not show.
         bound: guard::Bound::default(),
     };
     let mut calls = CliCalls {

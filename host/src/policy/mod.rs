@@ -292,6 +292,9 @@ const FORBIDDEN_GROUPS: &[&str] = &[
     "apiextensions.k8s.io",
     "apiregistration.k8s.io",
     "certificates.k8s.io",
+    // Leases are how replicas elect a leader (the host's own among them): the host's write
+    // fence lets Lease writes through, so no plan may hold one.
+    "coordination.k8s.io",
     "wasmop.dev",
 ];
 

@@ -53,8 +53,9 @@ pub struct PolicyView {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     role_bindings: Store<RoleBinding>,
     cluster_role_bindings: Store<ClusterRoleBinding>,
-    /// Since when each binding watch (RoleBindings, ClusterRoleBindings) has been failing.
-    bindings_failing: std::sync::Mutex<[Option<std::time::Instant>; 2]>,
+    /// For each binding watch (RoleBindings, ClusterRoleBindings) that has failed since it last
+    /// answered: since when, and its latest failure.
+    bindings_failing: std::sync::Mutex<[Option<(std::time::Instant, std::time::Instant)>; 2]>,
     host_namespace: Option<String>,
     synced: AtomicBool,
     changes: watch::Sender<u64>,
@@ -117,11 +118,9 @@ impl PolicyView {
             .bindings_failing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if failing
-            .iter()
-            .flatten()
-            .any(|since| since.elapsed() > BINDINGS_STALE)
-        {
+        if failing.iter().flatten().any(|(since, last)| {
+            since.elapsed() > BINDINGS_STALE && last.elapsed() < BINDINGS_STILL_FAILING
+        }) {
             return None;
         }
         let role_bindings = self.role_bindings.state();
@@ -140,14 +139,21 @@ impl PolicyView {
             .bindings_failing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
         match (ok, failing[which]) {
             (true, _) => failing[which] = None,
-            (false, None) => failing[which] = Some(std::time::Instant::now()),
-            (false, Some(since)) if since.elapsed() > BINDINGS_STALE => tracing::warn!(
-                failing_s = since.elapsed().as_secs(),
-                "an RBAC binding watch keeps failing; plans wait until it answers (can the host list and watch rolebindings and clusterrolebindings?)"
-            ),
-            (false, Some(_)) => {}
+            // A failure after a quiet spell starts a new count: a watch that resumed without
+            // an event (a reconnect from its last resourceVersion yields none) was not failing.
+            (false, Some((since, last))) if last.elapsed() < BINDINGS_STILL_FAILING => {
+                failing[which] = Some((since, now));
+                if since.elapsed() > BINDINGS_STALE {
+                    tracing::warn!(
+                        failing_s = since.elapsed().as_secs(),
+                        "an RBAC binding watch keeps failing; plans wait until it answers (can the host list and watch rolebindings and clusterrolebindings?)"
+                    );
+                }
+            }
+            (false, _) => failing[which] = Some((now, now)),
         }
     }
 
@@ -341,6 +347,9 @@ impl PolicyView {
 /// How long a binding watch may fail before [`PolicyView::bound`] stops answering: longer than
 /// the watch's own retries take to reach the API server again after a restart.
 const BINDINGS_STALE: Duration = Duration::from_secs(60);
+/// A watch whose latest failure is older than this has recovered: while it fails it retries
+/// at least every 4 s (`WatchBackoff`'s longest wait), and a resumed watch may say nothing.
+const BINDINGS_STILL_FAILING: Duration = Duration::from_secs(15);
 
 /// The reflector writers [`PolicyView::run`] fills.
 pub struct Writers {
@@ -671,9 +680,16 @@ mod tests {
         let long_ago = std::time::Instant::now()
             .checked_sub(BINDINGS_STALE + Duration::from_secs(1))
             .expect("the clock has run that long");
-        view.bindings_failing.lock().expect("not poisoned")[1] = Some(long_ago);
+        let now = std::time::Instant::now();
+        view.bindings_failing.lock().expect("not poisoned")[1] = Some((long_ago, now));
         assert_eq!(view.bound("ns", "kv"), None);
         view.bindings_seen(1, true);
         assert!(view.bound("ns", "kv").is_some());
+        // Failing long ago but quiet since: the watch resumed without an event.
+        view.bindings_failing.lock().expect("not poisoned")[1] = Some((long_ago, long_ago));
+        assert!(
+            view.bound("ns", "kv").is_some(),
+            "a resumed watch holds nothing"
+        );
     }
 }

@@ -249,9 +249,16 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
     let input = AppContext::new(app, visible.map(|o| &o.json), snapshot.now.as_millisecond());
     let limits = call_limits(app, &loaded);
     // Synced with the policies: known whenever the policy is.
-    let Some(bound) = ctx.policies.bound(namespace, &app_ref.name) else {
+    let Some(mut bound) = ctx.policies.bound(namespace, &app_ref.name) else {
         return Prepared::PolicyUnknown;
     };
+    bound.keep_owned(
+        snapshot
+            .observed
+            .iter()
+            .filter(|o| o.owned && o.api_version == "v1" && o.kind == "ServiceAccount")
+            .map(|o| o.name.as_str()),
+    );
     let check = Box::new(guard::AppCheck {
         policy: governing.rules.clone(),
         policy_name: governing.name.clone(),

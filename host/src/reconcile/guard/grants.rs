@@ -36,7 +36,16 @@ pub const GRANTS_APP: &str = "wasmop.dev/grants-app";
 /// which binding (for an App's status: a RoleBinding of another namespace, or a
 /// ClusterRoleBinding, is not named, as the App's author may not read it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Bound(BTreeMap<String, String>);
+pub struct Bound(BTreeMap<String, Naming>);
+
+/// Which binding names an account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Naming {
+    /// How a message names the binding.
+    words: String,
+    /// Whether only RoleBindings of other namespaces name it (see [`Bound::keep_owned`]).
+    foreign: bool,
+}
 
 impl Bound {
     /// The accounts of `namespace` that `role_bindings` and `cluster_role_bindings` name,
@@ -54,19 +63,33 @@ impl Bound {
                 .and_then(|a| a.get(GRANTS_APP))
                 .is_some_and(|value| value.trim() == grantee)
         };
-        let mut bound = BTreeMap::new();
+        let mut bound: BTreeMap<String, Naming> = BTreeMap::new();
+        // The words are made only for a binding that names an account here: every binding of
+        // the cluster is read for every App.
+        let mut name_by = |name: String, words: &dyn Fn() -> String, foreign: bool| {
+            let naming = bound.entry(name).or_insert_with(|| Naming {
+                words: words(),
+                foreign,
+            });
+            if naming.foreign && !foreign {
+                *naming = Naming {
+                    words: words(),
+                    foreign,
+                };
+            }
+        };
         for binding in role_bindings {
             if for_app(&binding.metadata) {
                 continue;
             }
             let home = binding.namespace().unwrap_or_default();
-            let words = if home == namespace {
-                format!("RoleBinding {}", binding.name_any())
-            } else {
-                "a RoleBinding of another namespace".to_string()
+            let foreign = home != namespace;
+            let words = || match foreign {
+                false => format!("RoleBinding {}", binding.name_any()),
+                true => "a RoleBinding of another namespace".to_string(),
             };
             for name in accounts(binding.subjects.as_deref(), &home, namespace) {
-                bound.entry(name).or_insert_with(|| words.clone());
+                name_by(name, &words, foreign);
             }
         }
         for binding in cluster_role_bindings {
@@ -75,9 +98,7 @@ impl Bound {
             }
             // A ClusterRoleBinding's ServiceAccount subject must name its namespace.
             for name in accounts(binding.subjects.as_deref(), "", namespace) {
-                bound
-                    .entry(name)
-                    .or_insert_with(|| "a ClusterRoleBinding".to_string());
+                name_by(name, &|| "a ClusterRoleBinding".to_string(), false);
             }
         }
         Self(bound)
@@ -85,7 +106,20 @@ impl Bound {
 
     /// Which binding names the account `name`, if one does.
     pub fn binding_of(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.0.get(name).map(|n| n.words.as_str())
+    }
+
+    /// Forgets the accounts in `owned` (those the App already runs) that only other
+    /// namespaces' RoleBindings name. Whoever administers another namespace may name any
+    /// account there; counting that against an account the App already has would let one
+    /// tenant freeze another's App (and, under `enforcement: Remove`, have its account
+    /// deleted). An account not created yet stays held: that is a grant waiting for a name.
+    pub fn keep_owned<'a>(&mut self, owned: impl IntoIterator<Item = &'a str>) {
+        for name in owned {
+            if self.0.get(name).is_some_and(|n| n.foreign) {
+                self.0.remove(name);
+            }
+        }
     }
 }
 
@@ -148,6 +182,8 @@ pub fn check_job(job: &PluginObject, bound: &Bound) -> Result<(), GuardError> {
     let account = ["serviceAccountName", "serviceAccount"]
         .into_iter()
         .filter_map(|field| pod?.get(field)?.as_str())
+        // `default` runs without a token (see `pods`), so a binding to it lends the pod nothing.
+        .filter(|name| *name != "default")
         .find_map(|name| Some((name, bound.binding_of(name)?)));
     match account {
         None => Ok(()),
@@ -326,5 +362,32 @@ mod tests {
             err.reason
         );
         check_job(&job("backup"), &bound).expect("an unbound account");
+    }
+
+    /// Another namespace's RoleBinding holds an account the App has not created yet, but not
+    /// one it already runs; the App's own namespace's and cluster bindings hold either.
+    #[test]
+    fn another_namespaces_binding_cannot_freeze_an_account_the_app_runs() {
+        let rbs = [
+            role_binding(
+                "team-b",
+                "grab",
+                json!([{"kind": "ServiceAccount", "name": "kv", "namespace": "team-a"},
+                    {"kind": "ServiceAccount", "name": "new", "namespace": "team-a"}]),
+            ),
+            role_binding(
+                "team-a",
+                "own",
+                json!([{"kind": "ServiceAccount", "name": "ci"}]),
+            ),
+        ];
+        let mut bound = Bound::of(&rbs, [], "team-a", "kv");
+        bound.keep_owned(["kv", "ci"]);
+        assert_eq!(bound.binding_of("kv"), None);
+        assert_eq!(
+            bound.binding_of("new"),
+            Some("a RoleBinding of another namespace")
+        );
+        assert_eq!(bound.binding_of("ci"), Some("RoleBinding own"));
     }
 }
