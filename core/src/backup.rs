@@ -11,6 +11,13 @@ use crate::{
     status::BackupStatus,
 };
 
+/// `backup.schedule(last_completed)`: whether a backup Job is due, and which slots expire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleCall {
+    /// The newest slot whose Job completed ([`last_completed_slot`]).
+    pub last_completed: Option<String>,
+}
+
 /// The Job name for `slot` of `app`: `<app>-backup-<slot>`, shortened with a hash when that
 /// would be over the 63 characters a Job's Pods can carry in their labels.
 pub fn job_name(app: &str, slot: &str) -> String {

@@ -6,12 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::{
-    answers::{BackupDecision, CleanupDecision, GateDecision, HealthReport, Plan},
-    capability::Capability,
-    object::PluginObject,
-    observed::ObservedObject,
-};
+pub use crate::capability::PluginCalls;
+use crate::{capability::Capability, object::PluginObject, observed::ObservedObject};
 
 /// Why a call or a check failed: a CamelCase reason for the condition and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,21 +28,24 @@ impl Failure {
     }
 }
 
-/// One plugin's capabilities, each called on the App and objects the caller prepared.
-pub trait PluginCalls {
-    /// The capabilities the plugin exports.
-    fn capabilities(&self) -> &BTreeSet<Capability>;
-    /// `upgrade.gate(from, to)`.
-    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure>;
-    /// `spec-diff.plan(current, target)`.
-    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure>;
-    /// `health.check(version)`.
-    fn health(&mut self, version: &str) -> Result<HealthReport, Failure>;
-    /// `backup.schedule(last_completed)`.
-    fn backup(&mut self, last_completed: Option<&str>) -> Result<BackupDecision, Failure>;
-    /// `finalize.cleanup(retained)`: the caller prepared the App's retained objects as the
-    /// call's input ([`crate::deletion`]).
-    fn finalize(&mut self) -> Result<CleanupDecision, Failure>;
+/// One call of one capability: its input (the App and the objects it may see are the
+/// caller's, prepared once per decision) and, as [`Call::Answer`], what the plugin answers.
+/// Each capability's call type is declared beside its decision stage and bound to its
+/// capability by the table ([`crate::capability`]).
+pub trait Call: Send + 'static {
+    /// The capability the call is made of.
+    const CAPABILITY: Capability;
+    /// The plugin's answer, checked by the caller against the rules on answers
+    /// ([`crate::answers`]).
+    type Answer: Send + 'static;
+}
+
+/// Answers calls of type `C`: how one plugin runs ([`PluginCalls`] answers every capability's
+/// call). A caller that cannot make a call (the plugin does not export its capability) says so
+/// as a failure, `CapabilityMissing`.
+pub trait Answer<C: Call> {
+    /// Makes `call` of the plugin.
+    fn answer(&mut self, call: C) -> Result<C::Answer, Failure>;
 }
 
 /// The policy's view of one App's plan.

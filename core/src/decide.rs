@@ -33,15 +33,15 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp}
 use crate::conditions::{AVAILABLE, DEGRADED, PLUGIN_READY, PROGRESSING, UPGRADE_GATED, reason};
 use crate::{
     answers::GateDecision,
-    backup,
-    calls::{Failure, PlanCheck, PluginCalls},
+    backup::{self, ScheduleCall},
+    calls::{Answer, Call, Failure, PlanCheck, PluginCalls},
     capability::Capability,
     decision::{Decision, Event, ObjectKey, Phase, Requeue},
-    health,
+    health::{self, CheckCall},
     observed::ObservedObject,
     stamp::{AppRef, in_place, mark_applied, stamp},
     status::{AppStatus, Cond, PluginStatus, UpgradeStatus, merge_conditions, transitions},
-    upgrade::{self, GateState},
+    upgrade::{self, GateCall, GateState},
 };
 
 /// When nothing else asks for a reconcile, check again this often (level-triggered safety net).
@@ -108,6 +108,15 @@ pub enum PluginState {
         /// it serves all the same, and a restart fetches and compiles it again.
         uncached: Option<String>,
     },
+}
+
+/// `spec-diff.plan(current, target)`: the objects that should exist at `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanCall {
+    /// The rolled-out version, if any.
+    pub current: Option<String>,
+    /// The version to render.
+    pub target: String,
 }
 
 /// What the stages concluded, before it becomes a status.
@@ -401,7 +410,10 @@ fn stages(
         }
         upgrade::Step::AskGate { from, to } => {
             let decision = if caps.contains(&Capability::Upgrade) {
-                calls.gate(&from, &to)?
+                calls.answer(GateCall {
+                    from: from.clone(),
+                    to: to.clone(),
+                })?
             } else {
                 GateDecision::Allow
             };
@@ -446,7 +458,10 @@ fn stages(
             format!("{label} does not implement spec-diff; nothing to plan"),
         ));
     }
-    let plan = calls.plan(previous.version.as_deref(), &render)?;
+    let plan = calls.answer(PlanCall {
+        current: previous.version.clone(),
+        target: render.clone(),
+    })?;
     let objects = check.check_plan(plan.objects)?;
     crate::claims::within_limit(&objects, observed, check.max_claims())?;
     writes.plan_checked = true;
@@ -512,7 +527,9 @@ fn stages(
 
     // health
     let report = if caps.contains(&Capability::Health) {
-        Some(calls.health(&render)?)
+        Some(calls.answer(CheckCall {
+            version: render.clone(),
+        })?)
     } else {
         None
     };
@@ -545,7 +562,9 @@ fn stages(
     let mut last_backup = previous.last_backup.clone();
     if caps.contains(&Capability::Backup) {
         let last_completed = backup::last_completed_slot(observed);
-        let decision = calls.backup(last_completed.as_deref())?;
+        let decision = calls.answer(ScheduleCall {
+            last_completed: last_completed.clone(),
+        })?;
         // A slot at or before the last one started never runs again, even once its Job expired
         // or was deleted (the Job's name alone guards a slot only while the Job exists).
         if let Some((slot, job)) = decision
@@ -786,24 +805,10 @@ impl PluginCalls for NoPlugin {
         static NONE: BTreeSet<Capability> = BTreeSet::new();
         &NONE
     }
+}
 
-    fn gate(&mut self, _: &str, _: &str) -> Result<GateDecision, Failure> {
-        Err(no_plugin())
-    }
-
-    fn plan(&mut self, _: Option<&str>, _: &str) -> Result<crate::answers::Plan, Failure> {
-        Err(no_plugin())
-    }
-
-    fn health(&mut self, _: &str) -> Result<crate::answers::HealthReport, Failure> {
-        Err(no_plugin())
-    }
-
-    fn backup(&mut self, _: Option<&str>) -> Result<crate::answers::BackupDecision, Failure> {
-        Err(no_plugin())
-    }
-
-    fn finalize(&mut self) -> Result<crate::answers::CleanupDecision, Failure> {
+impl<C: Call> Answer<C> for NoPlugin {
+    fn answer(&mut self, _: C) -> Result<C::Answer, Failure> {
         Err(no_plugin())
     }
 }

@@ -29,6 +29,11 @@ pub const FINALIZER: &str = "wasmop.dev/cleanup";
 /// How long a StatefulSet may take to go before deletion says on the App that it waits.
 const STUCK: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// `finalize.cleanup(retained)`: which of the App's retained objects to delete. The caller
+/// prepared them as the call's input: the App's claims, as [`decide_deletion`] is shown them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupCall;
+
 /// What one pass of deleting an App does, in the order the executor performs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deletion {
@@ -159,7 +164,7 @@ pub fn decide_deletion(snapshot: &Snapshot, calls: &mut dyn PluginCalls) -> Dele
         };
     }
 
-    let decision = match calls.finalize() {
+    let decision = match calls.answer(CleanupCall) {
         Ok(decision) => decision,
         Err(Failure { message, .. }) => {
             // Deleting data on a plugin fault would be worse than waiting.
@@ -234,8 +239,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        answers::{BackupDecision, CleanupDecision, GateDecision, HealthReport, ObjectRef, Plan},
+        answers::{CleanupDecision, ObjectRef},
+        calls::{Answer, Call},
         status::AppStatus,
+        test_support::answer_as,
     };
 
     /// A plugin whose `finalize` answers as the test says, counting the calls.
@@ -266,25 +273,21 @@ mod tests {
         }
     }
 
+    impl<C: Call> Answer<C> for Finalizing {
+        fn answer(&mut self, _: C) -> Result<C::Answer, Failure> {
+            assert_eq!(
+                C::CAPABILITY,
+                Capability::Finalize,
+                "deletion asks only finalize"
+            );
+            self.asked += 1;
+            self.answer.clone().map(answer_as::<C, _>)
+        }
+    }
+
     impl PluginCalls for Finalizing {
         fn capabilities(&self) -> &BTreeSet<Capability> {
             &self.caps
-        }
-        fn gate(&mut self, _: &str, _: &str) -> Result<GateDecision, Failure> {
-            unreachable!("deletion asks only finalize")
-        }
-        fn plan(&mut self, _: Option<&str>, _: &str) -> Result<Plan, Failure> {
-            unreachable!("deletion asks only finalize")
-        }
-        fn health(&mut self, _: &str) -> Result<HealthReport, Failure> {
-            unreachable!("deletion asks only finalize")
-        }
-        fn backup(&mut self, _: Option<&str>) -> Result<BackupDecision, Failure> {
-            unreachable!("deletion asks only finalize")
-        }
-        fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
-            self.asked += 1;
-            self.answer.clone()
         }
     }
 

@@ -8,6 +8,13 @@ use crate::{
     status::Cond,
 };
 
+/// `health.check(version)`: how the service is doing, and whether `version` is rolled out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckCall {
+    /// The version being rolled out: the rendered one.
+    pub version: String,
+}
+
 /// What the health stage concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {

@@ -1,6 +1,8 @@
 //! The decision core of wasmop: what one reconcile of an App should do, computed as plain data
 //! from a snapshot and the plugin's answers ([`decide::decide`]), for one small executor to
-//! perform. The host, `wasmop plugin run` and the SDK's `Fixture` all run it.
+//! perform. The host, `wasmop plugin run` and the SDK's `Fixture` all run it, with the same
+//! plan rules: the guard ([`guard::AppCheck`] under a [`guard::PlanPolicy`]), the Pod Security
+//! Standards ([`pod_security`]) and the kinds plans may hold ([`kind`]).
 
 pub mod answers;
 pub mod backup;
@@ -11,9 +13,12 @@ pub mod conditions;
 pub mod decide;
 pub mod decision;
 pub mod deletion;
+pub mod guard;
 pub mod health;
+pub mod kind;
 pub mod object;
 pub mod observed;
+pub mod pod_security;
 pub mod snapshot;
 pub mod stamp;
 pub mod status;
@@ -21,7 +26,7 @@ pub mod status;
 mod test_support;
 pub mod upgrade;
 
-pub use calls::{Failure, PlanCheck, PluginCalls};
+pub use calls::{Answer, Call, Failure, PlanCheck, PluginCalls};
 pub use decide::{PluginState, Snapshot, decide};
 pub use decision::{Decision, Event, ObjectKey, Phase, Requeue};
 pub use deletion::{Deletion, Finalizer, decide_deletion};

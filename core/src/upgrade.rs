@@ -5,6 +5,15 @@
 
 use crate::{answers::GateDecision, status::UpgradeStatus};
 
+/// `upgrade.gate(from, to)`: whether the step from the rolled-out version may roll out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateCall {
+    /// The rolled-out version.
+    pub from: String,
+    /// `spec.version`.
+    pub to: String,
+}
+
 /// What the gate said about a step, as `status.upgrade.state` records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateState {

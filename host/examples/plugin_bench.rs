@@ -20,12 +20,10 @@ use std::{
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use wasmop_host::{
-    plugin::{
-        CallError, Digest, cache::Cache, compile::CompiledPlugin, engine::PluginEngine,
-        input::AppContext, limits::CallLimits, sandbox::CallTags,
-    },
-    reconcile::guard,
+use wasmop_core::guard;
+use wasmop_host::plugin::{
+    CallError, Digest, cache::Cache, compile::CompiledPlugin, engine::PluginEngine,
+    input::AppContext, limits::CallLimits, sandbox::CallTags,
 };
 
 const NOW_MS: i64 = 1_764_633_600_000;
@@ -137,7 +135,7 @@ fn main() -> anyhow::Result<()> {
             app: "bench/kv".into(),
         };
         let plan = plugin.call_plan(&engine, &limits, tags, &cx, Some("7.2.4"), "7.2.4")?;
-        let policy = guard::Policy::default();
+        let policy = guard::PlanPolicy::default();
         let check = || {
             guard::check(
                 &policy,

@@ -8,11 +8,15 @@
 //!
 //! The modules, by side (no import cycle between them: `tests/module_cycles.rs`):
 //! - **Triggers and caches**: [`controller`]: the kube-runtime Controller and what requeues an
-//!   App, with the kind table (`controller::kinds`: caches, observation, triggers, plannable
-//!   kinds), reflectors (`reflect`, `trim`), coalescing and the watches' backoff.
-//! - **One reconcile**: [`reconcile`] (prepare, the guard, calls, execute, status, cleanup).
-//! - **Plugins**: [`plugin`] (source, fetch, verify, compile, registry, sandboxed calls).
-//! - **Bounds from outside the App**: [`policy`] (PluginPolicies and the RBAC bindings view).
+//!   App, with the kind table (`controller::kinds`: caches, observation, triggers, over the
+//!   decision core's kinds), reflectors (`reflect`, `trim`), coalescing and the watches' backoff.
+//! - **One reconcile**: [`reconcile`] (prepare, calls, execute, status, cleanup); the guard and
+//!   Pod Security Standards, the plan rules, are the decision core's (`wasmop_core::guard`,
+//!   `wasmop_core::pod_security`).
+//! - **Plugins**: [`plugin`] (source and the source rules, fetch, verify, compile, registry,
+//!   sandboxed calls).
+//! - **Bounds from outside the App**: [`policy`] (PluginPolicies, their rules as plan and source
+//!   rules, and the RBAC bindings view).
 //! - **Writing and leading**: [`write`](mod@write) (field manager, the write fence), [`leader`].
 //! - **Running**: [`run`], [`cli`], [`crd_install`], [`probes`], [`api_health`],
 //!   [`telemetry`], [`app`] (the App resource).

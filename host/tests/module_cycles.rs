@@ -5,7 +5,7 @@
 //!
 //! The graph is read from the source: every `crate::`, `super::` and `self::` path in `use`
 //! items and in code, resolved to the module it names. Modules deeper than two levels count as
-//! their two-level ancestor (`reconcile::guard::pods` is `reconcile::guard`), and a module's
+//! their two-level ancestor (`plugin::source::oci` is `plugin::source`), and a module's
 //! references to its ancestors or descendants are structure, not dependencies. Print the graph
 //! with `cargo test -p wasmop-host --test module_cycles -- --nocapture`.
 
@@ -69,7 +69,7 @@ fn the_host_has_no_new_import_cycles() {
     );
 }
 
-/// Every module of the library (not `main.rs`) by path (`reconcile::guard::pods`), with its
+/// Every module of the library (not `main.rs`) by path (`plugin::source::oci`), with its
 /// source.
 fn modules(src: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();

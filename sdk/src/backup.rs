@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::metadata::Plugin;
 use crate::objects::SLOT_LABEL;
 use crate::observed::{Observed, StatusView};
+use crate::runtime;
 
 /// Longest slot the host accepts: it appends the slot to the App's name to
 /// name the Job, and Job names are DNS labels (63 characters).
@@ -214,6 +215,88 @@ fn job_state(status: Option<&JobStatus>) -> JobState {
         JobState::Failed
     } else {
         JobState::Running
+    }
+}
+
+/// A backup decision with its Job serialized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBackupDecision {
+    /// `(slot, job JSON)` to run.
+    pub run: Option<(String, String)>,
+    /// Slots to expire.
+    pub expire: Vec<String>,
+    /// Requeue in milliseconds.
+    pub requeue_after_ms: Option<u64>,
+}
+
+/// `backup.schedule` as a function: app, observed, last completed slot, now.
+pub type ScheduleFn = fn(&str, Vec<String>, Option<String>, i64) -> Result<RawBackupDecision>;
+
+/// `backup.schedule`, on the WIT's raw values.
+pub fn schedule<P: Backup>(
+    app: &str,
+    observed: Vec<String>,
+    last_completed_slot: Option<String>,
+    now_ms: i64,
+) -> Result<RawBackupDecision> {
+    let last_completed_slot = last_completed_slot
+        .map(|s| Slot::parse(&s).map_err(|e| e.with_field("last-completed-slot")))
+        .transpose()?;
+    let input = BackupInput {
+        app: runtime::read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        last_completed_slot,
+        now: runtime::read_now(now_ms)?,
+    };
+    let decision = P::schedule(&input)?;
+    let run = match decision.run {
+        Some(run) => Some((run.slot.to_string(), runtime::to_json(&run.job)?)),
+        None => None,
+    };
+    Ok(RawBackupDecision {
+        run,
+        expire: decision.expire.iter().map(Slot::to_string).collect(),
+        requeue_after_ms: decision.requeue_after.map(runtime::millis),
+    })
+}
+
+/// `backup.schedule` run natively: its answer held to the host's rules, and the decision core's
+/// call answered by the plugin's Rust code.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod native {
+    use std::time::Duration;
+
+    use wasmop_core::{
+        answers::{self, AnswerError, DEFAULT_MAX_OUTPUT_BYTES},
+        backup::ScheduleCall,
+    };
+
+    use super::{RawBackupDecision, ScheduleFn};
+    use crate::{error::Error, testing::NativeCall};
+
+    /// The answer, checked.
+    pub(crate) fn checked(raw: RawBackupDecision) -> Result<answers::BackupDecision, AnswerError> {
+        answers::check_backup(
+            raw.run,
+            raw.expire,
+            raw.requeue_after_ms.map(Duration::from_millis),
+            DEFAULT_MAX_OUTPUT_BYTES,
+        )
+    }
+
+    impl NativeCall for ScheduleCall {
+        type Function = ScheduleFn;
+
+        fn call(
+            self,
+            schedule: ScheduleFn,
+            app: &str,
+            observed: Vec<String>,
+            now_ms: i64,
+        ) -> Result<Result<answers::BackupDecision, AnswerError>, Error> {
+            let raw = schedule(app, observed, self.last_completed, now_ms)?;
+            Ok(checked(raw))
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::app::App;
 use crate::error::Result;
 use crate::metadata::Plugin;
 use crate::observed::Observed;
+use crate::runtime;
 
 /// Decides about objects that outlive the App.
 pub trait Finalize: Plugin {
@@ -61,4 +62,68 @@ pub struct FinalizeDecision {
     pub delete: Vec<ObjectRef>,
     /// Left in place.
     pub keep: Vec<ObjectRef>,
+}
+
+/// `finalize.cleanup` as a function: app, retained, now.
+pub type CleanupFn = fn(&str, Vec<String>, i64) -> Result<FinalizeDecision>;
+
+/// `finalize.cleanup`, on the WIT's raw values.
+pub fn cleanup<P: Finalize>(
+    app: &str,
+    retained: Vec<String>,
+    now_ms: i64,
+) -> Result<FinalizeDecision> {
+    let input = FinalizeInput {
+        app: runtime::read_app::<P>(app)?,
+        retained: Observed::from_json("retained", retained)?,
+        now: runtime::read_now(now_ms)?,
+    };
+    P::cleanup(&input)
+}
+
+/// `finalize.cleanup` run natively: its answer held to the host's rules, and the decision core's
+/// call answered by the plugin's Rust code.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod native {
+    use wasmop_core::{
+        answers::{self, AnswerError, CleanupDecision, DEFAULT_MAX_OUTPUT_BYTES},
+        deletion::CleanupCall,
+    };
+
+    use super::{CleanupFn, FinalizeDecision, ObjectRef};
+    use crate::{error::Error, testing::NativeCall};
+
+    /// The answer, checked.
+    pub(crate) fn checked(decision: &FinalizeDecision) -> Result<CleanupDecision, AnswerError> {
+        let refs = |refs: &[ObjectRef]| {
+            refs.iter()
+                .map(|r| answers::ObjectRef {
+                    api_version: r.api_version.clone(),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                })
+                .collect()
+        };
+        let checked = CleanupDecision {
+            delete: refs(&decision.delete),
+            keep: refs(&decision.keep),
+        };
+        answers::check_cleanup(&checked, DEFAULT_MAX_OUTPUT_BYTES)?;
+        Ok(checked)
+    }
+
+    impl NativeCall for CleanupCall {
+        type Function = CleanupFn;
+
+        fn call(
+            self,
+            cleanup: CleanupFn,
+            app: &str,
+            retained: Vec<String>,
+            now_ms: i64,
+        ) -> Result<Result<CleanupDecision, AnswerError>, Error> {
+            let decision = cleanup(app, retained, now_ms)?;
+            Ok(checked(&decision))
+        }
+    }
 }

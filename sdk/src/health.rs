@@ -6,6 +6,7 @@ use crate::app::App;
 use crate::error::Result;
 use crate::metadata::Plugin;
 use crate::observed::Observed;
+use crate::runtime;
 
 /// Reports health from the observed objects.
 pub trait Health: Plugin {
@@ -144,6 +145,82 @@ impl HealthReport {
         self.conditions
             .iter()
             .find(|c| c.condition_type == condition_type)
+    }
+}
+
+/// `health.check` as a function: app, observed, version, now.
+pub type CheckFn = fn(&str, Vec<String>, String, i64) -> Result<HealthReport>;
+
+/// `health.check`, on the WIT's raw values.
+pub fn check<P: Health>(
+    app: &str,
+    observed: Vec<String>,
+    version: String,
+    now_ms: i64,
+) -> Result<HealthReport> {
+    let input = HealthInput {
+        app: runtime::read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        version,
+        now: runtime::read_now(now_ms)?,
+    };
+    P::check(&input)
+}
+
+/// `health.check` run natively: its answer held to the host's rules, and the decision core's
+/// call answered by the plugin's Rust code.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod native {
+    use wasmop_core::{
+        answers::{self, AnswerError, DEFAULT_MAX_OUTPUT_BYTES},
+        health::CheckCall,
+    };
+
+    use super::{CheckFn, ConditionStatus, HealthReport, HealthState};
+    use crate::{error::Error, testing::NativeCall};
+
+    /// The answer, checked.
+    pub(crate) fn checked(report: &HealthReport) -> Result<answers::HealthReport, AnswerError> {
+        let checked = answers::HealthReport {
+            state: match report.state {
+                HealthState::Healthy => answers::HealthState::Healthy,
+                HealthState::Progressing => answers::HealthState::Progressing,
+                HealthState::Degraded => answers::HealthState::Degraded,
+            },
+            conditions: report
+                .conditions
+                .iter()
+                .map(|c| answers::PluginCondition {
+                    type_: c.condition_type.clone(),
+                    status: match c.status {
+                        ConditionStatus::True => "True",
+                        ConditionStatus::False => "False",
+                        ConditionStatus::Unknown => "Unknown",
+                    },
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+            message: report.message.clone(),
+            rollout_complete: report.rollout_complete,
+        };
+        answers::check_health(&checked, DEFAULT_MAX_OUTPUT_BYTES)?;
+        Ok(checked)
+    }
+
+    impl NativeCall for CheckCall {
+        type Function = CheckFn;
+
+        fn call(
+            self,
+            check: CheckFn,
+            app: &str,
+            observed: Vec<String>,
+            now_ms: i64,
+        ) -> Result<Result<answers::HealthReport, AnswerError>, Error> {
+            let report = check(app, observed, self.version, now_ms)?;
+            Ok(checked(&report))
+        }
     }
 }
 

@@ -207,7 +207,12 @@ pub use serde_json;
 /// Used by [`export!`]; not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::runtime::{Exported, Native, check, cleanup, gate, plan, schedule};
+    pub use crate::backup::{ScheduleFn, schedule};
+    pub use crate::finalize::{CleanupFn, cleanup};
+    pub use crate::health::{CheckFn, check};
+    pub use crate::runtime::{Exported, Native};
+    pub use crate::spec_diff::{PlanFn, plan};
+    pub use crate::upgrade::{GateFn, gate};
 }
 
 /// Exports a plugin type as the component's implementation.
@@ -271,12 +276,9 @@ macro_rules! export {
         impl $crate::__private::Exported for $plugin {
             const CAPABILITIES: &'static [$crate::Capability] =
                 &[$($($crate::Capability::$capability),+)?];
-            const NATIVE: $crate::__private::Native = {
-                #[allow(unused_mut)]
-                let mut native = $crate::__private::Native::NONE;
-                $($($crate::__native_capability!(native, $plugin, $capability);)+)?
-                native
-            };
+            const NATIVE: $crate::__private::Native = $crate::__private::Native(&[
+                $($($crate::__native_capability!($plugin, $capability),)+)?
+            ]);
         }
 
         #[cfg(target_arch = "wasm32")]
@@ -291,27 +293,35 @@ macro_rules! export {
     };
 }
 
-/// One capability of [`export!`] as a native function.
+/// One capability of [`export!`] as a native function: an entry of its `Native`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __native_capability {
-    ($native:ident, $plugin:ident, SpecDiff) => {
-        $native.plan = Some($crate::__private::plan::<$plugin>);
+    (@entry $plugin:ident, $capability:ident, $function:ident, $type:ident) => {
+        (
+            $crate::Capability::$capability,
+            &($crate::__private::$function::<$plugin> as $crate::__private::$type),
+        )
     };
-    ($native:ident, $plugin:ident, Health) => {
-        $native.check = Some($crate::__private::check::<$plugin>);
+    ($plugin:ident, SpecDiff) => {
+        $crate::__native_capability!(@entry $plugin, SpecDiff, plan, PlanFn)
     };
-    ($native:ident, $plugin:ident, Backup) => {
-        $native.schedule = Some($crate::__private::schedule::<$plugin>);
+    ($plugin:ident, Health) => {
+        $crate::__native_capability!(@entry $plugin, Health, check, CheckFn)
     };
-    ($native:ident, $plugin:ident, Upgrade) => {
-        $native.gate = Some($crate::__private::gate::<$plugin>);
+    ($plugin:ident, Backup) => {
+        $crate::__native_capability!(@entry $plugin, Backup, schedule, ScheduleFn)
     };
-    ($native:ident, $plugin:ident, Finalize) => {
-        $native.cleanup = Some($crate::__private::cleanup::<$plugin>);
+    ($plugin:ident, Upgrade) => {
+        $crate::__native_capability!(@entry $plugin, Upgrade, gate, GateFn)
     };
-    // An unknown name is reported by `__export_capability`.
-    ($native:ident, $plugin:ident, $other:ident) => {};
+    ($plugin:ident, Finalize) => {
+        $crate::__native_capability!(@entry $plugin, Finalize, cleanup, CleanupFn)
+    };
+    // An unknown name is reported by `__export_capability`; this entry only keeps the list whole.
+    ($plugin:ident, $other:ident) => {
+        ($crate::Capability::SpecDiff, &())
+    };
 }
 
 /// One capability of [`export!`].

@@ -5,6 +5,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Result;
 
+/// An optional interface of the WIT package: the decision core's capability table
+/// ([`wasmop_core::capability`]), which the host reads too.
+pub use wasmop_core::capability::Capability;
+
 /// The part every plugin implements: who it is and what its config looks
 /// like. The capability traits ([`SpecDiff`](crate::SpecDiff),
 /// [`Health`](crate::Health), ...) build on it.
@@ -25,43 +29,6 @@ pub trait Plugin {
     fn validate(config: &Self::Config) -> Result<()> {
         let _ = config;
         Ok(())
-    }
-}
-
-/// An optional interface of the WIT package.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Capability {
-    /// [`SpecDiff`](crate::SpecDiff): plans objects.
-    SpecDiff,
-    /// [`Health`](crate::Health): reports health.
-    Health,
-    /// [`Backup`](crate::Backup): schedules backup Jobs.
-    Backup,
-    /// [`Upgrade`](crate::Upgrade): gates version steps.
-    Upgrade,
-    /// [`Finalize`](crate::Finalize): decides about retained objects.
-    Finalize,
-}
-
-impl Capability {
-    /// Every capability, in WIT order.
-    pub const ALL: [Capability; 5] = [
-        Capability::SpecDiff,
-        Capability::Health,
-        Capability::Backup,
-        Capability::Upgrade,
-        Capability::Finalize,
-    ];
-
-    /// The WIT interface name, e.g. `spec-diff`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::SpecDiff => "spec-diff",
-            Capability::Health => "health",
-            Capability::Backup => "backup",
-            Capability::Upgrade => "upgrade",
-            Capability::Finalize => "finalize",
-        }
     }
 }
 
@@ -157,14 +124,5 @@ mod tests {
         assert_eq!(m.observes[0].kind, "PersistentVolumeClaim");
         assert_eq!(m.observes[0].api_version, "v1");
         assert!(m.capabilities.is_empty());
-    }
-
-    #[test]
-    fn capability_names_match_wit() {
-        let names: Vec<_> = Capability::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(
-            names,
-            ["spec-diff", "health", "backup", "upgrade", "finalize"]
-        );
     }
 }

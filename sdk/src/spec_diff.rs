@@ -13,6 +13,7 @@ use crate::app::App;
 use crate::error::{Error, Result};
 use crate::metadata::Plugin;
 use crate::observed::Observed;
+use crate::runtime;
 
 /// Plans the objects of an App. Called on every reconcile.
 pub trait SpecDiff: Plugin {
@@ -183,6 +184,79 @@ impl Plan {
             self.objects.into_iter().map(|o| o.json).collect(),
             self.requeue_after,
         )
+    }
+}
+
+/// A plan with its objects serialized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawPlan {
+    /// One JSON object per planned object.
+    pub objects: Vec<String>,
+    /// Requeue in milliseconds.
+    pub requeue_after_ms: Option<u64>,
+}
+
+/// `spec-diff.plan` as a function: app, observed, current version, target version, now.
+pub type PlanFn = fn(&str, Vec<String>, Option<String>, String, i64) -> Result<RawPlan>;
+
+/// `spec-diff.plan`, on the WIT's raw values.
+pub fn plan<P: SpecDiff>(
+    app: &str,
+    observed: Vec<String>,
+    current_version: Option<String>,
+    target_version: String,
+    now_ms: i64,
+) -> Result<RawPlan> {
+    let input = PlanInput {
+        app: runtime::read_app::<P>(app)?,
+        observed: Observed::from_json("observed", observed)?,
+        current_version,
+        target_version,
+        now: runtime::read_now(now_ms)?,
+    };
+    let (objects, requeue) = P::plan(&input)?.into_parts();
+    Ok(RawPlan {
+        objects,
+        requeue_after_ms: requeue.map(runtime::millis),
+    })
+}
+
+/// `spec-diff.plan` run natively: its answer held to the host's rules, and the decision core's
+/// call answered by the plugin's Rust code.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod native {
+    use std::time::Duration;
+
+    use wasmop_core::{
+        answers::{self, AnswerError, DEFAULT_MAX_OUTPUT_BYTES},
+        decide::PlanCall,
+    };
+
+    use super::{PlanFn, RawPlan};
+    use crate::{error::Error, testing::NativeCall};
+
+    /// The answer, checked.
+    pub(crate) fn checked(raw: &RawPlan) -> Result<answers::Plan, AnswerError> {
+        answers::check_plan(
+            &raw.objects,
+            raw.requeue_after_ms.map(Duration::from_millis),
+            DEFAULT_MAX_OUTPUT_BYTES,
+        )
+    }
+
+    impl NativeCall for PlanCall {
+        type Function = PlanFn;
+
+        fn call(
+            self,
+            plan: PlanFn,
+            app: &str,
+            observed: Vec<String>,
+            now_ms: i64,
+        ) -> Result<Result<answers::Plan, AnswerError>, Error> {
+            let raw = plan(app, observed, self.current, self.target, now_ms)?;
+            Ok(checked(&raw))
+        }
     }
 }
 

@@ -42,9 +42,11 @@ use crate::upgrade::{Upgrade, UpgradeDecision};
 
 mod answers;
 #[cfg(not(target_arch = "wasm32"))]
+mod native;
+#[cfg(not(target_arch = "wasm32"))]
 mod reconcile;
 #[cfg(not(target_arch = "wasm32"))]
-pub use reconcile::NativeCalls;
+pub use native::{NativeCall, NativeCalls};
 
 /// The decision core's types, for what [`Fixture::reconcile`] returns.
 #[cfg(not(target_arch = "wasm32"))]
@@ -79,6 +81,10 @@ pub struct Fixture {
     current_version: Option<String>,
     target_version: Option<String>,
     last_completed_slot: Option<String>,
+    /// The plan rules [`Fixture::reconcile`] holds plans to (`None`: the built-in default
+    /// policy's); see `Fixture::with_policy`.
+    #[cfg(not(target_arch = "wasm32"))]
+    policy: Option<wasmop_core::guard::PlanPolicy>,
 }
 
 impl Fixture {
@@ -92,6 +98,8 @@ impl Fixture {
             current_version: None,
             target_version: None,
             last_completed_slot: None,
+            #[cfg(not(target_arch = "wasm32"))]
+            policy: None,
         }
     }
 
@@ -164,14 +172,14 @@ impl Fixture {
 
     /// Calls `spec-diff.plan`.
     pub fn plan<P: SpecDiff>(&self) -> Result<Plan> {
-        let raw = runtime::plan::<P>(
+        let raw = crate::spec_diff::plan::<P>(
             &self.app,
             self.observed.clone(),
             self.current(),
             self.target(),
             self.now_ms,
         )?;
-        answers::plan(&raw).map_err(answers::refused::<P>("spec-diff"))?;
+        crate::spec_diff::native::checked(&raw).map_err(answers::refused::<P>("spec-diff"))?;
         Plan::from_parts(
             raw.objects,
             raw.requeue_after_ms.map(std::time::Duration::from_millis),
@@ -180,21 +188,25 @@ impl Fixture {
 
     /// Calls `health.check` for the target version.
     pub fn check<P: Health>(&self) -> Result<HealthReport> {
-        let report =
-            runtime::check::<P>(&self.app, self.observed.clone(), self.target(), self.now_ms)?;
-        answers::health(&report).map_err(answers::refused::<P>("health"))?;
+        let report = crate::health::check::<P>(
+            &self.app,
+            self.observed.clone(),
+            self.target(),
+            self.now_ms,
+        )?;
+        crate::health::native::checked(&report).map_err(answers::refused::<P>("health"))?;
         Ok(report)
     }
 
     /// Calls `backup.schedule`.
     pub fn schedule<P: Backup>(&self) -> Result<BackupDecision> {
-        let raw = runtime::schedule::<P>(
+        let raw = crate::backup::schedule::<P>(
             &self.app,
             self.observed.clone(),
             self.last_completed_slot.clone(),
             self.now_ms,
         )?;
-        answers::backup(raw.clone()).map_err(answers::refused::<P>("backup"))?;
+        crate::backup::native::checked(raw.clone()).map_err(answers::refused::<P>("backup"))?;
         let run = match raw.run {
             Some((slot, job)) => Some(BackupRun {
                 slot: Slot::parse(&slot)?,
@@ -217,21 +229,22 @@ impl Fixture {
     /// Calls `upgrade.gate` from the current to the target version.
     pub fn gate<P: Upgrade>(&self) -> Result<UpgradeDecision> {
         let from = self.current().unwrap_or_default();
-        let decision = runtime::gate::<P>(
+        let decision = crate::upgrade::gate::<P>(
             &self.app,
             self.observed.clone(),
             from,
             self.target(),
             self.now_ms,
         )?;
-        answers::gate(&decision).map_err(answers::refused::<P>("upgrade"))?;
+        crate::upgrade::native::checked(&decision).map_err(answers::refused::<P>("upgrade"))?;
         Ok(decision)
     }
 
     /// Calls `finalize.cleanup`; the observed objects are the retained ones.
     pub fn cleanup<P: Finalize>(&self) -> Result<FinalizeDecision> {
-        let decision = runtime::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)?;
-        answers::cleanup(&decision).map_err(answers::refused::<P>("finalize"))?;
+        let decision =
+            crate::finalize::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)?;
+        crate::finalize::native::checked(&decision).map_err(answers::refused::<P>("finalize"))?;
         Ok(decision)
     }
 

@@ -150,7 +150,7 @@ mod spec_diff_glue {
 
     impl<T: crate::SpecDiff> w::Guest for T {
         fn plan(input: w::PlanInput) -> Result<w::Desired, w::PluginError> {
-            runtime::plan::<T>(
+            crate::spec_diff::plan::<T>(
                 &input.app,
                 input.observed,
                 input.current_version,
@@ -173,7 +173,7 @@ mod health_glue {
 
     impl<T: crate::Health> w::Guest for T {
         fn check(input: w::CheckInput) -> Result<w::Report, w::PluginError> {
-            runtime::check::<T>(&input.app, input.observed, input.version, input.now)
+            crate::health::check::<T>(&input.app, input.observed, input.version, input.now)
                 .map(|r| w::Report {
                     state: match r.state {
                         HealthState::Healthy => w::State::Healthy,
@@ -208,7 +208,7 @@ mod backup_glue {
 
     impl<T: crate::Backup> w::Guest for T {
         fn schedule(input: w::ScheduleInput) -> Result<w::ScheduleDecision, w::PluginError> {
-            runtime::schedule::<T>(
+            crate::backup::schedule::<T>(
                 &input.app,
                 input.observed,
                 input.last_completed_slot,
@@ -231,7 +231,7 @@ mod upgrade_glue {
 
     impl<T: crate::Upgrade> w::Guest for T {
         fn gate(input: w::GateInput) -> Result<w::GateDecision, w::PluginError> {
-            runtime::gate::<T>(
+            crate::upgrade::gate::<T>(
                 &input.app,
                 input.observed,
                 input.from_version,
@@ -264,7 +264,7 @@ mod finalize_glue {
                     })
                     .collect()
             };
-            runtime::cleanup::<T>(&input.app, input.retained, input.now)
+            crate::finalize::cleanup::<T>(&input.app, input.retained, input.now)
                 .map(|d| w::CleanupDecision {
                     delete: refs(d.delete),
                     keep: refs(d.keep),

@@ -9,9 +9,11 @@ use serde_json::{Value, json};
 use super::*;
 use crate::{
     answers::{BackupDecision, CleanupDecision, HealthReport, HealthState, Plan},
+    deletion::CleanupCall,
     object::PluginObject,
     observed::BACKUP_SLOT_LABEL,
     status::BackupStatus,
+    test_support::Scripted,
 };
 
 /// A plugin whose answers the test sets, recording what it was asked.
@@ -43,11 +45,26 @@ impl PluginCalls for Script {
     fn capabilities(&self) -> &BTreeSet<Capability> {
         &self.caps
     }
-    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
+}
+
+impl<C: Call> Answer<C> for Script {
+    fn answer(&mut self, call: C) -> Result<C::Answer, Failure> {
+        Scripted::new(call)
+            .on(|c| self.gate(c))
+            .on(|c| self.plan(c))
+            .on(|c| self.health(c))
+            .on(|c| self.backup(c))
+            .on(|c| self.finalize(c))
+            .answer()
+    }
+}
+
+impl Script {
+    fn gate(&mut self, GateCall { from, to }: GateCall) -> Result<GateDecision, Failure> {
         self.asked.push(format!("gate {from}->{to}"));
         Ok(self.gate.clone().unwrap_or(GateDecision::Allow))
     }
-    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure> {
+    fn plan(&mut self, PlanCall { current, target }: PlanCall) -> Result<Plan, Failure> {
         self.asked.push(format!("plan {current:?}->{target}"));
         if self.fail_plan {
             return Err(Failure::new("PluginTrapped", "plugin p trapped: boom"));
@@ -61,7 +78,7 @@ impl PluginCalls for Script {
             requeue_after: self.requeue,
         })
     }
-    fn health(&mut self, version: &str) -> Result<HealthReport, Failure> {
+    fn health(&mut self, CheckCall { version }: CheckCall) -> Result<HealthReport, Failure> {
         self.asked.push(format!("health {version}"));
         let (state, complete) = self.health.unwrap_or((HealthState::Healthy, true));
         Ok(HealthReport {
@@ -71,8 +88,8 @@ impl PluginCalls for Script {
             rollout_complete: complete,
         })
     }
-    fn backup(&mut self, last: Option<&str>) -> Result<BackupDecision, Failure> {
-        self.asked.push(format!("backup {last:?}"));
+    fn backup(&mut self, call: ScheduleCall) -> Result<BackupDecision, Failure> {
+        self.asked.push(format!("backup {:?}", call.last_completed));
         Ok(BackupDecision {
             run: self
                 .backup
@@ -82,7 +99,7 @@ impl PluginCalls for Script {
             requeue_after: None,
         })
     }
-    fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
+    fn finalize(&mut self, _: CleanupCall) -> Result<CleanupDecision, Failure> {
         self.asked.push("finalize".into());
         if self.fail_plan {
             return Err(Failure::new("PluginTrapped", "plugin p trapped: boom"));
@@ -361,23 +378,17 @@ impl PluginCalls for SickHealth {
     fn capabilities(&self) -> &BTreeSet<Capability> {
         self.0.capabilities()
     }
-    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
-        self.0.gate(from, to)
-    }
-    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<Plan, Failure> {
-        self.0.plan(current, target)
-    }
-    fn health(&mut self, _: &str) -> Result<HealthReport, Failure> {
-        Err(Failure::new(
-            "PluginTrapped",
-            "health trapped until its StatefulSet exists",
-        ))
-    }
-    fn backup(&mut self, last: Option<&str>) -> Result<BackupDecision, Failure> {
-        self.0.backup(last)
-    }
-    fn finalize(&mut self) -> Result<CleanupDecision, Failure> {
-        self.0.finalize()
+}
+
+impl<C: Call> Answer<C> for SickHealth {
+    fn answer(&mut self, call: C) -> Result<C::Answer, Failure> {
+        if C::CAPABILITY == Capability::Health {
+            return Err(Failure::new(
+                "PluginTrapped",
+                "health trapped until its StatefulSet exists",
+            ));
+        }
+        self.0.answer(call)
     }
 }
 

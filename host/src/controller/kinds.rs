@@ -1,9 +1,12 @@
 //! The kind table: every built-in kind the host watches and what it does with it. From this one
 //! list come the reflector caches ([`Stores`]), what a reconcile observes
-//! ([`Stores::observe`]), the controller's triggers ([`start`]), the cache-sync wait
-//! ([`Stores::sync_waits`]) and the kinds every plan may hold ([`plannable`], the guard's); a
-//! test holds the install's RBAC to it. Adding a built-in kind is one row here, plus its verbs
-//! in `deploy/base/rbac.yaml` (the drift test below says which).
+//! ([`Stores::observe`]), the controller's triggers ([`start`]) and the cache-sync wait
+//! ([`Stores::sync_waits`]); a test holds the install's RBAC to it. The kinds themselves, and
+//! which of them every plan may hold ([`plannable`], the guard's), are the decision core's
+//! ([`wasmop_core::kind`]); every plannable kind is a row here (a test says so). Adding a
+//! built-in kind is one row here (and, if plans may hold it, one entry of
+//! [`wasmop_core::kind::PLANNABLE`]), plus its verbs in `deploy/base/rbac.yaml` (the drift
+//! test below says which).
 
 use std::{borrow::Cow, collections::HashSet, sync::Arc};
 
@@ -24,85 +27,22 @@ use kube::{
 
 use serde::Serialize;
 use serde_json::Value;
-use wasmop_core::observed::{APP_LABEL, ObservedObject};
+use wasmop_core::{
+    kind::{self, Kind, plannable},
+    observed::{APP_LABEL, ObservedObject},
+};
 
 use crate::{
     app::App,
     controller::reflect::{app_of, owner_of, ready_of, reflect},
 };
 
-/// A kind: its group, version, name and resource, and how the host reaches it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Kind {
-    /// API group, empty for the core group.
-    pub group: Cow<'static, str>,
-    /// API version within the group.
-    pub version: Cow<'static, str>,
-    /// Kind name.
-    pub kind: Cow<'static, str>,
-    /// Resource (plural) name.
-    pub plural: Cow<'static, str>,
-}
-
-impl Kind {
-    /// How the API server is reached for this kind.
-    pub fn api_resource(&self) -> kube::api::ApiResource {
-        kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(&self.group, &self.version, &self.kind),
-            &self.plural,
-        )
-    }
-
-    /// A kind the host knows at compile time.
-    pub const fn builtin(
-        group: &'static str,
-        version: &'static str,
-        kind: &'static str,
-        plural: &'static str,
-    ) -> Self {
-        Self {
-            group: Cow::Borrowed(group),
-            version: Cow::Borrowed(version),
-            kind: Cow::Borrowed(kind),
-            plural: Cow::Borrowed(plural),
-        }
-    }
-
-    /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
-    /// Whether an object of `api_version` and `kind` is of this kind (no allocation: the guard
-    /// asks for every object of every plan). Only the canonical spelling matches: `v1` for the
-    /// core group, `group/version` otherwise. The API server also reads `/v1` as `v1`, but every
-    /// rule of the guard that looks at a kind compares the canonical string, so a spelling it
-    /// does not know would pass them by.
-    pub fn is_kind_of(&self, api_version: &str, kind: &str) -> bool {
-        self.kind == kind
-            && match api_version.split_once('/') {
-                Some((group, version)) => {
-                    !self.group.is_empty() && self.group == group && self.version == version
-                }
-                None => self.group.is_empty() && self.version == api_version,
-            }
-    }
-}
-
-/// What a plan may contain under every policy: the rows of [`TABLE`] marked plannable. A
-/// planned PersistentVolumeClaim (say, for backups) is applied but never pruned: claims are
-/// deleted only through `finalize`. Further kinds only as a
-/// [`PluginPolicy`](crate::policy::PluginPolicy) adds them (`extraKinds`); RBAC, wasmop's own
-/// kinds and cluster-scoped objects never.
-pub fn plannable<'a>() -> impl Iterator<Item = &'a Kind> + Clone {
-    TABLE
-        .iter()
-        .filter(|row| row.plannable)
-        .map(|row| &row.kind)
+/// How the API server is reached for `kind`.
+pub fn api_resource(kind: &Kind) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind),
+        &kind.plural,
+    )
 }
 
 fn collect<K>(
@@ -163,21 +103,24 @@ pub struct KindRow {
     pub kind: Kind,
     /// How it is watched.
     pub watch: Watch,
+}
+
+impl KindRow {
     /// Whether a plan may hold it under every policy ([`plannable`]).
-    pub plannable: bool,
+    pub fn plannable(&self) -> bool {
+        plannable().any(|k| *k == self.kind)
+    }
 }
 
 macro_rules! kind_table {
     ($(
-        $field:ident: $ty:ty = ($group:literal, $version:literal, $kind:literal, $plural:literal),
-        $watch:ident, plannable: $plannable:literal;
+        $field:ident: $ty:ty = $kind:expr, $watch:ident;
     )*) => {
         /// Every built-in kind the host watches.
         pub const TABLE: &[KindRow] = &[$(
             KindRow {
-                kind: Kind::builtin($group, $version, $kind, $plural),
+                kind: $kind,
                 watch: Watch::$watch,
-                plannable: $plannable,
             },
         )*];
 
@@ -185,7 +128,7 @@ macro_rules! kind_table {
         #[derive(Clone)]
         pub struct Stores {
             $(
-                #[doc = concat!("The ", $plural, " cache.")]
+                #[doc = concat!("The ", stringify!($field), " cache.")]
                 pub $field: Store<$ty>,
             )*
         }
@@ -200,9 +143,9 @@ macro_rules! kind_table {
                 out
             }
 
-            /// One wait per cache, resolving once it has synced.
-            pub fn sync_waits(&self) -> Vec<(&'static str, BoxFuture<'static, ()>)> {
-                vec![$( ($plural, ready_of(self.$field.clone())), )*]
+            /// One wait per cache, named by its resource, resolving once it has synced.
+            pub fn sync_waits(&self) -> Vec<(Cow<'static, str>, BoxFuture<'static, ()>)> {
+                vec![$( ($kind.plural, ready_of(self.$field.clone())), )*]
             }
         }
 
@@ -312,15 +255,15 @@ impl<K> Triggering<K> {
 }
 
 kind_table! {
-    statefulsets: StatefulSet = ("apps", "v1", "StatefulSet", "statefulsets"), Owned, plannable: true;
-    deployments: Deployment = ("apps", "v1", "Deployment", "deployments"), Owned, plannable: true;
-    services: Service = ("", "v1", "Service", "services"), Owned, plannable: true;
-    configmaps: ConfigMap = ("", "v1", "ConfigMap", "configmaps"), Owned, plannable: true;
-    serviceaccounts: ServiceAccount = ("", "v1", "ServiceAccount", "serviceaccounts"), Owned, plannable: true;
-    pdbs: PodDisruptionBudget = ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"), Owned, plannable: true;
-    jobs: Job = ("batch", "v1", "Job", "jobs"), Owned, plannable: true;
-    pods: Pod = ("", "v1", "Pod", "pods"), Labelled, plannable: false;
-    pvcs: PersistentVolumeClaim = ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"), Labelled, plannable: true;
+    statefulsets: StatefulSet = kind::STATEFUL_SET, Owned;
+    deployments: Deployment = kind::DEPLOYMENT, Owned;
+    services: Service = kind::SERVICE, Owned;
+    configmaps: ConfigMap = kind::CONFIG_MAP, Owned;
+    serviceaccounts: ServiceAccount = kind::SERVICE_ACCOUNT, Owned;
+    pdbs: PodDisruptionBudget = kind::POD_DISRUPTION_BUDGET, Owned;
+    jobs: Job = kind::JOB, Owned;
+    pods: Pod = Kind::builtin("", "v1", "Pod", "pods"), Labelled;
+    pvcs: PersistentVolumeClaim = kind::PERSISTENT_VOLUME_CLAIM, Labelled;
 }
 
 #[cfg(test)]
@@ -398,6 +341,20 @@ mod tests {
         assert!(crate::controller::reflect::owner_of(&cm).is_none());
     }
 
+    /// Every kind a plan may hold is watched: the host observes what it applies, and prunes
+    /// only what it observes.
+    #[test]
+    fn every_plannable_kind_is_a_row() {
+        for kind in plannable() {
+            assert!(
+                TABLE.iter().any(|row| row.kind == *kind),
+                "{}/{} is plannable but not in the kind table",
+                kind.api_version(),
+                kind.kind
+            );
+        }
+    }
+
     /// The install's RBAC drifts from the table in neither direction: every plannable kind can
     /// be read, applied and pruned, every other watched kind read, and the host's namespaced
     /// role grants nothing on any other resource (the role is no wider than what plans may
@@ -436,7 +393,7 @@ mod tests {
         let verbs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
         let mut needed: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
         for row in TABLE {
-            let v: &[&str] = if row.plannable {
+            let v: &[&str] = if row.plannable() {
                 &["get", "list", "watch", "create", "patch", "delete"]
             } else {
                 &["get", "list", "watch"]

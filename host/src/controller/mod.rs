@@ -114,7 +114,7 @@ pub async fn run(
                     let namespace = app.namespace().unwrap_or_default();
                     let rules = match policies.resolve(&namespace) {
                         None => return true,
-                        Some(Resolution::Governed { rules, .. }) => rules.oci,
+                        Some(Resolution::Governed { rules, .. }) => rules.source.oci,
                         Some(Resolution::Refused { .. }) => return false,
                     };
                     SourceRef::from_spec(&namespace, &app.spec.plugin, &rules)
@@ -152,7 +152,8 @@ pub async fn run(
         let stores = stores.clone();
         let apps = apps.clone();
         Box::pin(async move {
-            let mut waits: Vec<(&str, BoxFuture<'static, ()>)> = vec![("apps", ready_of(apps))];
+            let mut waits: Vec<(std::borrow::Cow<'static, str>, BoxFuture<'static, ()>)> =
+                vec![("apps".into(), ready_of(apps))];
             waits.extend(stores.sync_waits());
             let started = std::time::Instant::now();
             for (what, mut wait) in waits {
@@ -163,12 +164,12 @@ pub async fn run(
                     .is_err()
                 {
                     tracing::warn!(
-                        cache = what,
+                        cache = &*what,
                         waited_s = started.elapsed().as_secs(),
                         "cache has not synced yet; no App is reconciled until it has (can the host list and watch it?)"
                     );
                 }
-                tracing::debug!(cache = what, "cache synced");
+                tracing::debug!(cache = &*what, "cache synced");
             }
             tracing::info!("caches synced");
             synced.send_replace(true);
@@ -305,7 +306,7 @@ fn policy_changes(
     policies: Arc<PolicyView>,
     apps: Store<App>,
 ) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
-    type Governed = (Option<Resolution>, Option<crate::reconcile::guard::Bound>);
+    type Governed = (Option<Resolution>, Option<wasmop_core::guard::Bound>);
     let last = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
         ObjectRef<App>,
         Governed,

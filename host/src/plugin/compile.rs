@@ -3,7 +3,8 @@
 //! its `metadata` smoke call passed within the deadline.
 
 use std::{
-    collections::BTreeSet,
+    any::Any,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -42,14 +43,13 @@ pub struct CompiledPlugin {
     pub(super) exports: Exports,
 }
 
-/// Export indices of each capability the component has, looked up once at load.
+/// Export indices of `metadata` and of each capability the component has, looked up once at
+/// load (`Exports::new`, in `call`, beside the calls that use them).
 pub(super) struct Exports {
     pub metadata: guest::metadata::GuestIndices,
-    pub spec_diff: Option<guest::spec_diff::GuestIndices>,
-    pub health: Option<guest::health::GuestIndices>,
-    pub backup: Option<guest::backup::GuestIndices>,
-    pub upgrade: Option<guest::upgrade::GuestIndices>,
-    pub finalize: Option<guest::finalize::GuestIndices>,
+    /// Each exported capability's `GuestIndices` of its interface, e.g.
+    /// `guest::health::GuestIndices` for [`Capability::Health`].
+    pub capabilities: BTreeMap<Capability, Box<dyn Any + Send + Sync>>,
 }
 
 /// The first eight bytes of a binary component (magic, then layer 1 version 0x0d).
@@ -163,31 +163,8 @@ impl CompiledPlugin {
             .linker()
             .instantiate_pre(&component)
             .map_err(|err| incompatible(format!("its imports cannot be satisfied: {err:#}")))?;
-        let lookup_failed = |err: wasmtime::Error| incompatible(format!("{err:#}"));
-        let has = |c: Capability| exported.contains(&c);
-        let exports = Exports {
-            metadata: guest::metadata::GuestIndices::new(&pre).map_err(lookup_failed)?,
-            spec_diff: has(Capability::SpecDiff)
-                .then(|| guest::spec_diff::GuestIndices::new(&pre))
-                .transpose()
-                .map_err(lookup_failed)?,
-            health: has(Capability::Health)
-                .then(|| guest::health::GuestIndices::new(&pre))
-                .transpose()
-                .map_err(lookup_failed)?,
-            backup: has(Capability::Backup)
-                .then(|| guest::backup::GuestIndices::new(&pre))
-                .transpose()
-                .map_err(lookup_failed)?,
-            upgrade: has(Capability::Upgrade)
-                .then(|| guest::upgrade::GuestIndices::new(&pre))
-                .transpose()
-                .map_err(lookup_failed)?,
-            finalize: has(Capability::Finalize)
-                .then(|| guest::finalize::GuestIndices::new(&pre))
-                .transpose()
-                .map_err(lookup_failed)?,
-        };
+        let exports =
+            Exports::new(&pre, &exported).map_err(|err| incompatible(format!("{err:#}")))?;
 
         let placeholder = PluginMetadata {
             name: source_ref.to_string(),

@@ -6,7 +6,8 @@
 //! 3. [`registry`]: swap it in atomically beside the version in service, keeping the last good
 //!    one when the new one fails;
 //! 4. [`call`]: run one capability in a fresh, limited [`sandbox`] per call, on the App and
-//!    objects written once per reconcile by [`input`];
+//!    objects written once per reconcile by [`input`]; [`component_calls`] answers the decision
+//!    core's calls with them, for the host and for `wasmop plugin run`;
 //! 5. [`watch`]: follow each source in use and offer every new version to the registry.
 
 pub mod bindings;
@@ -18,6 +19,7 @@ pub mod clock;
 pub mod compile;
 pub mod compile_queue;
 pub mod compiler;
+pub mod component_calls;
 pub mod digest;
 pub mod engine;
 pub mod error;

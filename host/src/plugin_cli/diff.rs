@@ -13,13 +13,13 @@ use kube::{
     api::{DynamicObject, ListParams, Patch, PatchParams},
 };
 use serde_json::Value;
-use wasmop_core::ObjectKey;
+use wasmop_core::{ObjectKey, guard::PlanPolicy, kind::Kind};
 
 use crate::{
     app::App,
-    controller::kinds::{Kind, TABLE},
+    controller::kinds::{TABLE, api_resource},
     policy::{PluginPolicy, Resolution, resolve},
-    reconcile::{execute::is_managed_by, guard},
+    reconcile::execute::is_managed_by,
     write::FIELD_MANAGER,
 };
 
@@ -43,13 +43,13 @@ pub(super) fn parse_target(target: &str) -> anyhow::Result<(&str, &str)> {
     }
 }
 
-/// The rules the host holds the namespace's plans to (the governing PluginPolicy, or the
-/// built-in default) and how rejections name them. The host's own namespace is unknown here,
-/// so it is not refused as the host refuses it.
+/// The rules the host holds the namespace's plans to (the governing PluginPolicy's plan rules,
+/// or the built-in default's) and how rejections name them. The host's own namespace is unknown
+/// here, so it is not refused as the host refuses it.
 pub(super) async fn policy_of(
     client: &Client,
     namespace: &str,
-) -> anyhow::Result<(String, guard::Policy)> {
+) -> anyhow::Result<(String, PlanPolicy)> {
     let policies = Api::<PluginPolicy>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -64,11 +64,11 @@ pub(super) async fn policy_of(
         Resolution::Governed {
             policy: Some(name),
             rules,
-        } => Ok((format!("PluginPolicy {name}"), rules)),
+        } => Ok((format!("PluginPolicy {name}"), rules.plan)),
         Resolution::Governed {
             policy: None,
             rules,
-        } => Ok(("the built-in default".into(), rules)),
+        } => Ok(("the built-in default".into(), rules.plan)),
         Resolution::Refused { reason } => bail!("{reason}"),
     }
 }
@@ -77,7 +77,7 @@ pub(super) async fn policy_of(
 pub(super) async fn read_live(
     client: &Client,
     target: &str,
-    policy: &guard::Policy,
+    policy: &PlanPolicy,
 ) -> anyhow::Result<Live> {
     let (namespace, name) = parse_target(target)?;
     let app = Api::<App>::namespaced(client.clone(), namespace)
@@ -100,7 +100,7 @@ pub(super) async fn read_live(
     }
     let mut observed = Vec::new();
     for kind in kinds {
-        let resource = kind.api_resource();
+        let resource = api_resource(kind);
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let list = api.list(&labelled).await.with_context(|| {
             format!(
@@ -128,7 +128,7 @@ pub(super) async fn read_live(
 pub(super) async fn diff(
     client: &Client,
     live: &Live,
-    policy: &guard::Policy,
+    policy: &PlanPolicy,
     decision: &Value,
 ) -> anyhow::Result<String> {
     let text = |pointer: &str| {
@@ -163,10 +163,11 @@ pub(super) async fn diff(
                 .to_string(),
         };
         // The decision passed the guard, so each kind is one the policy lets plans hold.
-        let resource = policy
-            .kind(api_version, kind)
-            .with_context(|| format!("{api_version}/{kind} is not a kind plans may hold"))?
-            .api_resource();
+        let resource = api_resource(
+            policy
+                .kind(api_version, kind)
+                .with_context(|| format!("{api_version}/{kind} is not a kind plans may hold"))?,
+        );
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
         let current = api
             .get_opt(&key.name)

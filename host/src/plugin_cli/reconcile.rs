@@ -2,13 +2,14 @@
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use wasmop_core::guard;
 
 use crate::{
     plugin::{
-        Capability, compile::CompiledPlugin, engine::PluginEngine, input::AppContext,
-        limits::CallLimits, sandbox::CallTags,
+        Capability, compile::CompiledPlugin, component_calls::ComponentCalls, engine::PluginEngine,
+        input::AppContext, limits::CallLimits,
     },
-    reconcile::{guard, prepare::plugin_status_of},
+    reconcile::prepare::plugin_status_of,
 };
 
 /// What `plugin run --capability reconcile` decides on.
@@ -20,7 +21,7 @@ pub(super) struct ReconcileOnce<'a> {
     pub(super) observed: &'a [Value],
     pub(super) now_ms: i64,
     pub(super) limits: CallLimits,
-    pub(super) policy: &'a guard::Policy,
+    pub(super) policy: &'a guard::PlanPolicy,
     /// How rejections name the policy (`PluginPolicy team-a`, `the built-in default`).
     pub(super) policy_name: &'a str,
 }
@@ -71,16 +72,13 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
         // ServiceAccount a binding names, which this run does not show.
         bound: guard::Bound::default(),
     };
-    let mut calls = CliCalls {
-        compiled: run.compiled,
-        engine: run.engine,
-        limits: run.limits,
-        tags: CallTags {
-            plugin: run.compiled.label(),
-            app: format!("{}/cli", app_ref.namespace),
-        },
-        cx: &cx,
-    };
+    let mut calls = ComponentCalls::here(
+        run.compiled,
+        run.engine,
+        std::sync::Arc::new(cx),
+        run.limits,
+        format!("{}/cli", app_ref.namespace),
+    );
     let mut decision = decide::decide(&snapshot, &mut calls, &check);
     // The observed objects are the cluster: adopting one that exists and is not the App's is
     // refused, as the host's executor refuses it.
@@ -127,91 +125,4 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
             Requeue::Backoff => 0,
         },
     }))
-}
-
-/// The decision core's plugin calls over a component compiled for the CLI: the host's sandbox
-/// and limits, called on this thread.
-struct CliCalls<'a> {
-    compiled: &'a CompiledPlugin,
-    engine: &'a PluginEngine,
-    limits: CallLimits,
-    tags: CallTags,
-    cx: &'a AppContext,
-}
-
-impl wasmop_core::PluginCalls for CliCalls<'_> {
-    fn capabilities(&self) -> &std::collections::BTreeSet<Capability> {
-        &self.compiled.capabilities
-    }
-
-    fn gate(
-        &mut self,
-        from: &str,
-        to: &str,
-    ) -> Result<crate::plugin::call::GateDecision, wasmop_core::Failure> {
-        let r = self.compiled.call_upgrade(
-            self.engine,
-            &self.limits,
-            self.tags.clone(),
-            self.cx,
-            from,
-            to,
-        );
-        r.map_err(failure)
-    }
-
-    fn plan(
-        &mut self,
-        current: Option<&str>,
-        target: &str,
-    ) -> Result<crate::plugin::call::Plan, wasmop_core::Failure> {
-        let r = self.compiled.call_plan(
-            self.engine,
-            &self.limits,
-            self.tags.clone(),
-            self.cx,
-            current,
-            target,
-        );
-        r.map_err(failure)
-    }
-
-    fn health(
-        &mut self,
-        version: &str,
-    ) -> Result<crate::plugin::call::HealthReport, wasmop_core::Failure> {
-        let r = self.compiled.call_health(
-            self.engine,
-            &self.limits,
-            self.tags.clone(),
-            self.cx,
-            version,
-        );
-        r.map_err(failure)
-    }
-
-    fn backup(
-        &mut self,
-        last_completed: Option<&str>,
-    ) -> Result<crate::plugin::call::BackupDecision, wasmop_core::Failure> {
-        let r = self.compiled.call_backup(
-            self.engine,
-            &self.limits,
-            self.tags.clone(),
-            self.cx,
-            last_completed,
-        );
-        r.map_err(failure)
-    }
-
-    fn finalize(&mut self) -> Result<wasmop_core::answers::CleanupDecision, wasmop_core::Failure> {
-        let r = self
-            .compiled
-            .call_finalize(self.engine, &self.limits, self.tags.clone(), self.cx);
-        r.map_err(failure)
-    }
-}
-
-fn failure(err: crate::plugin::CallError) -> wasmop_core::Failure {
-    wasmop_core::Failure::new(err.reason(), err.to_string())
 }

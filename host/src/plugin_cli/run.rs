@@ -12,10 +12,12 @@ use super::{
     prepare, print_value, read_objects,
     reconcile::{ReconcileOnce, reconcile_once},
 };
+use wasmop_core::guard::{self, PlanPolicy};
+
 use crate::{
     cli::RunCapability,
     plugin::{Capability, input::AppContext, limits::CallLimits, sandbox::CallTags},
-    reconcile::{fetch::BACKUP_SLOT_LABEL, guard},
+    reconcile::fetch::BACKUP_SLOT_LABEL,
 };
 
 /// What `wasmop plugin run` was asked to do.
@@ -27,7 +29,7 @@ pub(super) struct RunRequest {
     pub(super) which: RunCapability,
     /// `--now`, RFC 3339.
     pub(super) now: Option<String>,
-    pub(super) policy: guard::Policy,
+    pub(super) policy: PlanPolicy,
     pub(super) json: bool,
 }
 
@@ -40,7 +42,7 @@ pub(super) struct LiveRequest {
     /// `--now`, RFC 3339.
     pub(super) now: Option<String>,
     /// `--policy`; without it, the policy that governs the App's namespace.
-    pub(super) policy: Option<guard::Policy>,
+    pub(super) policy: Option<PlanPolicy>,
     pub(super) json: bool,
 }
 
@@ -128,8 +130,8 @@ pub(super) async fn run_capabilities(plugin: &str, request: RunRequest) -> anyho
     blocking(move || run_sync(&label, &bytes, &request)).await
 }
 
-/// The rules of the one PluginPolicy in `path`.
-pub(super) fn read_policy(path: &Path) -> anyhow::Result<guard::Policy> {
+/// The plan rules of the one PluginPolicy in `path`.
+pub(super) fn read_policy(path: &Path) -> anyhow::Result<PlanPolicy> {
     let mut docs = read_objects(path)?;
     if docs.len() != 1 {
         bail!(
@@ -140,7 +142,7 @@ pub(super) fn read_policy(path: &Path) -> anyhow::Result<guard::Policy> {
     }
     let policy: crate::policy::PluginPolicy = serde_json::from_value(docs.remove(0))
         .with_context(|| format!("{} is not a valid PluginPolicy", path.display()))?;
-    Ok(policy.spec.rules())
+    Ok(policy.spec.plan_rules())
 }
 
 fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<()> {

@@ -6,8 +6,12 @@
 //! 1. a policy that names it in `spec.namespaces`;
 //! 2. a policy whose `spec.namespaceSelector` selects it, the one with the most requirements
 //!    (`matchLabels` entries plus `matchExpressions`) first;
-//! 3. with none, the built-in default ([`crate::reconcile::guard::Policy::default`]: restricted,
-//!    the built-in kinds, no Secrets, ClusterIP Services).
+//! 3. with none, the built-in default ([`Rules::default`]: restricted, the built-in kinds, no
+//!    Secrets, ClusterIP Services, plugins from anywhere).
+//!
+//! A policy's [`Rules`] are its plan rules ([`PlanPolicy`], the decision core's guard, which
+//! `wasmop plugin run` and the SDK's `Fixture` apply too) and its source rules
+//! ([`SourcePolicy`], where plugins may come from, the host's alone).
 //!
 //! Ties are broken by policy name (alphabetical) and reported in the losing policy's status
 //! (`Overlapping`). [`PROTECTED_NAMESPACES`] and the host's own namespace are never governed by
@@ -23,14 +27,26 @@ use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    controller::kinds::{Kind, plannable},
-    plugin::{
-        limits::MAX_COMPONENT_BYTES,
-        source::{OciRules, TrustedKey},
-    },
-    reconcile::{guard, pod_security::Level},
+use wasmop_core::{
+    guard::{self, PlanPolicy},
+    kind::{Kind, plannable},
+    pod_security::Level,
 };
+
+use crate::plugin::{
+    limits::MAX_COMPONENT_BYTES,
+    source::{OciRules, SourcePolicy, TrustedKey},
+};
+
+/// The host's rules for the plugins of one namespace: what they may plan and where they may
+/// come from. The default is the built-in default policy's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// What plans may hold: the guard's rules.
+    pub plan: PlanPolicy,
+    /// Where plugins may come from.
+    pub source: SourcePolicy,
+}
 
 /// Namespaces that belong to the cluster: an App there is refused unless a policy names the
 /// namespace explicitly (the host adds its own namespace).
@@ -477,10 +493,18 @@ fn label_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
 }
 
 impl PluginPolicySpec {
+    /// The rules under this policy: the guard's and the sources'.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            plan: self.plan_rules(),
+            source: self.source_rules(),
+        }
+    }
+
     /// The guard's rules under this policy.
-    pub fn rules(&self) -> guard::Policy {
-        let defaults = guard::Policy::default();
-        guard::Policy {
+    pub fn plan_rules(&self) -> PlanPolicy {
+        let defaults = PlanPolicy::default();
+        PlanPolicy {
             pod_security: self.pod_security.into(),
             allow_secrets: self.allow_secrets,
             inline_volumes: self.inline_volumes.clone(),
@@ -502,8 +526,6 @@ impl PluginPolicySpec {
                 .collect(),
             ingress_hosts: self.ingress_hosts.clone(),
             ingress_classes: self.ingress_classes.clone(),
-            registries: self.registries.clone(),
-            config_map_sources: self.config_map_sources.unwrap_or(true),
             remove_violations: self.enforcement == Some(Enforcement::Remove),
             max_claims: self
                 .max_claims
@@ -511,6 +533,14 @@ impl PluginPolicySpec {
             max_replicas: self.max_replicas.map_or(defaults.max_replicas, |max| {
                 max.clamp(1, guard::MAX_REPLICAS_CEILING) as usize
             }),
+        }
+    }
+
+    /// Where plugins may come from under this policy.
+    pub fn source_rules(&self) -> SourcePolicy {
+        SourcePolicy {
+            registries: self.registries.clone(),
+            config_map_sources: self.config_map_sources.unwrap_or(true),
             oci: OciRules {
                 // A size that does not parse, or is over the ceiling, leaves the default (and
                 // is reported in the policy's status).
@@ -650,7 +680,7 @@ pub enum Resolution {
         /// The governing policy's name.
         policy: Option<String>,
         /// Its rules.
-        rules: guard::Policy,
+        rules: Rules,
     },
     /// No App may run here.
     Refused {
@@ -686,7 +716,7 @@ pub fn resolve<'a>(
         },
         None => Resolution::Governed {
             policy: None,
-            rules: guard::Policy::default(),
+            rules: Rules::default(),
         },
     }
 }
@@ -732,7 +762,7 @@ mod tests {
             got,
             Resolution::Governed {
                 policy: None,
-                rules: guard::Policy::default()
+                rules: Rules::default()
             }
         );
     }
@@ -775,8 +805,8 @@ mod tests {
         let Resolution::Governed { rules, .. } = resolve(&set, "team-a-dev", &team, None) else {
             panic!("governed");
         };
-        assert_eq!(rules.pod_security, Level::Privileged);
-        assert_eq!(rules.service_types, ["ClusterIP"]);
+        assert_eq!(rules.plan.pod_security, Level::Privileged);
+        assert_eq!(rules.plan.service_types, ["ClusterIP"]);
     }
 
     #[test]
@@ -835,7 +865,7 @@ mod tests {
             "open",
             json!({"namespaces": ["ns"], "serviceTypes": ["ClusterIP", "LoadBalancer"], "allowSecrets": true}),
         );
-        let rules = open.spec.rules();
+        let rules = open.spec.plan_rules();
         assert_eq!(rules.service_types, ["ClusterIP", "LoadBalancer"]);
         assert!(rules.allow_secrets);
         assert_eq!(rules.pod_security, Level::Restricted);
@@ -844,7 +874,7 @@ mod tests {
     #[test]
     fn scheduling_lists_carry_into_the_rules() {
         assert_eq!(
-            policy("p", json!({})).spec.rules().scheduling,
+            policy("p", json!({})).spec.plan_rules().scheduling,
             guard::Scheduling::default()
         );
         let open = policy(
@@ -856,7 +886,7 @@ mod tests {
                 "crossNamespaceAffinity": true}}),
         );
         assert_eq!(
-            open.spec.rules().scheduling,
+            open.spec.plan_rules().scheduling,
             guard::Scheduling {
                 priority_classes: Some(vec!["gold".into()]),
                 tolerations: vec!["*".into()],
@@ -900,7 +930,7 @@ mod tests {
                 {"apiVersion": "v1", "kind": "Widget", "resource": "Widgets"},
             ]}),
         );
-        let rules = wide.spec.rules();
+        let rules = wide.spec.plan_rules();
         let names: Vec<String> = rules
             .extra_kinds
             .iter()
@@ -939,7 +969,7 @@ mod tests {
         assert!(refused[2].contains("v1beta1/EndpointSlice: never plannable"));
         assert!(
             !spec
-                .rules()
+                .plan_rules()
                 .extra_kinds
                 .iter()
                 .any(|k| k.kind.starts_with("Endpoint"))
@@ -960,22 +990,24 @@ mod tests {
             json!({"namespaces": ["ns"], "ingressHosts": ["shop.example.com", "*.apps.example.com"],
                    "ingressClasses": ["public"]}),
         );
-        let rules = open.spec.rules();
+        let rules = open.spec.plan_rules();
         assert_eq!(
             rules.ingress_hosts,
             ["shop.example.com", "*.apps.example.com"]
         );
         assert_eq!(rules.ingress_classes, Some(vec!["public".to_string()]));
-        let none = policy("none", json!({"namespaces": ["ns"]})).spec.rules();
+        let none = policy("none", json!({"namespaces": ["ns"]}))
+            .spec
+            .plan_rules();
         assert!(none.ingress_hosts.is_empty());
         assert_eq!(none.ingress_classes, None);
     }
 
     #[test]
     fn max_replicas_carries_into_the_rules_within_the_ceiling() {
-        let sized = |max: u32| policy("p", json!({"maxReplicas": max})).spec.rules();
-        assert_eq!(policy("p", json!({})).spec.rules().max_replicas, 64);
-        assert_eq!(guard::Policy::default().max_replicas, 64);
+        let sized = |max: u32| policy("p", json!({"maxReplicas": max})).spec.plan_rules();
+        assert_eq!(policy("p", json!({})).spec.plan_rules().max_replicas, 64);
+        assert_eq!(PlanPolicy::default().max_replicas, 64);
         assert_eq!(sized(200).max_replicas, 200);
         // Past the schema's bounds (a policy written before them), the nearest bound.
         assert_eq!(sized(0).max_replicas, 1);
@@ -1003,13 +1035,17 @@ mod tests {
     fn component_size_raises_the_cap_within_the_ceiling() {
         let sized = |size: &str| policy("p", json!({"maxComponentSize": size})).spec;
         assert_eq!(
-            sized("16Mi").rules().oci.max_component_bytes,
+            sized("16Mi").source_rules().oci.max_component_bytes,
             Some(16 << 20)
         );
         assert_eq!(sized("32Mi").component_bytes(), Ok(Some(32 << 20)));
         for bad in ["64Mi", "0", "lots"] {
             assert!(sized(bad).component_bytes().is_err(), "{bad}");
-            assert_eq!(sized(bad).rules().oci.max_component_bytes, None, "{bad}");
+            assert_eq!(
+                sized(bad).source_rules().oci.max_component_bytes,
+                None,
+                "{bad}"
+            );
         }
         assert_eq!(policy("p", json!({})).spec.component_bytes(), Ok(None));
     }

@@ -36,16 +36,13 @@ use kube::{
 };
 use serde_json::json;
 use tokio::sync::watch;
+use wasmop_core::guard::{Bound, GRANTS_APP};
 
 use super::{
     PluginPolicy, PluginPolicyStatus, Resolution, STATUS_NAMESPACES, candidates, is_protected,
     resolve, selector,
 };
-use crate::{
-    controller::watch_backoff::WatchBackoff,
-    reconcile::guard::{Bound, GRANTS_APP},
-    write::FIELD_MANAGER,
-};
+use crate::{controller::watch_backoff::WatchBackoff, write::FIELD_MANAGER};
 
 /// Policies and namespace labels, from reflectors.
 pub struct PolicyView {

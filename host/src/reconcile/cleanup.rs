@@ -21,12 +21,14 @@ use wasmop_core::{
 
 use super::{
     Context, Error, app_key,
-    calls::HostCalls,
     execute::publish,
     fetch::APP_LABEL,
     prepare::{Resolved, app_ref, call_limits, resolve_plugin},
 };
-use crate::{app::App, plugin::input::AppContext};
+use crate::{
+    app::App,
+    plugin::{component_calls::ComponentCalls, input::AppContext},
+};
 
 /// Decides and performs one pass of deleting `app`. `Ok` releases the finalizer (kube's
 /// helper removes it next); an `Error::Waiting` keeps it and looks again soon.
@@ -72,7 +74,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
             let input = AppContext::new(app, &retained, now.as_millisecond());
             // The App's own limits hold for finalize as for every other call.
             let limits = call_limits(app, &loaded);
-            let mut calls = HostCalls::new(
+            let mut calls = ComponentCalls::budgeted(
                 loaded,
                 Arc::new(input),
                 limits,

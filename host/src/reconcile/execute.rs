@@ -22,12 +22,13 @@ use prometheus_client::{
 use wasmop_core::{
     Decision, Event, Failure, ObjectKey, Requeue, Snapshot,
     decide::{self, NoPlugin},
+    guard::PlanPolicy,
     object::PluginObject,
     observed::{APP_LABEL, ObservedObject},
 };
 
-use super::{Context, Error, app_key, guard::Policy, prepare::Prepared, status};
-use crate::{app::App, write::FIELD_MANAGER};
+use super::{Context, Error, app_key, prepare::Prepared, status};
+use crate::{app::App, controller::kinds::api_resource, write::FIELD_MANAGER};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -164,7 +165,7 @@ pub async fn execute(
     api: &Api<App>,
     snapshot: &Snapshot,
     decision: Decision,
-    rules: Option<&Policy>,
+    rules: Option<&PlanPolicy>,
 ) -> Result<Action, Error> {
     // The claims the host knows are the App's (labelled with it, from the claim cache).
     let claims = snapshot
@@ -231,7 +232,7 @@ fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteE
     Ok(Api::namespaced_with(
         w.ctx.client.clone(),
         &w.app.namespace().unwrap_or_default(),
-        &kind.api_resource(),
+        &api_resource(kind),
     ))
 }
 
@@ -244,7 +245,7 @@ struct Writer<'a> {
     app: &'a App,
     ctx: &'a Context,
     /// The namespace's rules (kinds), `None` for a decision without a plugin (no writes).
-    rules: Option<&'a Policy>,
+    rules: Option<&'a PlanPolicy>,
     /// Names of the claims labelled with the App.
     claims: std::collections::BTreeSet<&'a str>,
 }

@@ -34,13 +34,15 @@ pub async fn observe_extra(
     namespace: &str,
     app: &str,
     uid: &str,
-    kinds: &[&crate::controller::kinds::Kind],
+    kinds: &[&wasmop_core::kind::Kind],
 ) -> Result<Vec<ObservedObject>, ExtraKindError> {
     use kube::api::{Api, DynamicObject, ListParams};
+
+    use crate::controller::kinds::api_resource;
     let mut out = Vec::new();
     for kind in kinds {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+            Api::namespaced_with(client.clone(), namespace, &api_resource(kind));
         let list = api
             .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
             .await

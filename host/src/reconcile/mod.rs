@@ -2,8 +2,10 @@
 //!
 //! 1. [`prepare`]: the namespace's policy, the App's plugin reference and the state of its
 //!    plugin, and a snapshot of the App's objects from the reflector caches ([`fetch`]);
-//! 2. [`wasmop_core::decide()`]: the pure decision (upgrade gate → plan → [`guard`] → apply and
-//!    prune → health → backup → status and events), calling the plugin through [`calls`];
+//! 2. [`wasmop_core::decide()`]: the pure decision (upgrade gate → plan → guard
+//!    ([`wasmop_core::guard`], under the policy's plan rules) → apply and prune → health →
+//!    backup → status and events), calling the plugin through
+//!    [`ComponentCalls`](crate::plugin::component_calls::ComponentCalls);
 //! 3. [`execute`]: performs the decision: adoption check, server-side apply, prune, backup Job,
 //!    status write, events.
 //!
@@ -12,14 +14,11 @@
 //! other Apps are unaffected. Deletion runs the plugin's `finalize` behind the
 //! `wasmop.dev/cleanup` finalizer ([`cleanup`]).
 
-pub mod calls;
 pub mod cleanup;
 pub mod execute;
 pub mod fetch;
-pub mod guard;
 #[cfg(feature = "native-plugins")]
 mod native;
-pub mod pod_security;
 pub mod prepare;
 pub mod status;
 

@@ -7,17 +7,18 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use wasmop_core::{
-    Failure, PluginCalls, PluginState, Snapshot, stamp::AppRef, status::PluginStatus,
+    Failure, PluginCalls, PluginState, Snapshot, guard, kind::Kind, stamp::AppRef,
+    status::PluginStatus,
 };
 
-use super::{Context, calls::HostCalls, fetch, guard};
+use super::{Context, fetch};
 use crate::{
     app::App,
     plugin::{
-        Capability, compile::CompiledPlugin, input::AppContext, limits::CallLimits,
-        registry::LoadedPlugin, source::SourceRef,
+        Capability, compile::CompiledPlugin, component_calls::ComponentCalls, input::AppContext,
+        limits::CallLimits, registry::LoadedPlugin, source::SourceRef,
     },
-    policy::Resolution,
+    policy::{Resolution, Rules},
 };
 
 /// While the policy caches have not synced (start-up) or lack the App's namespace, look again
@@ -30,7 +31,7 @@ pub struct Governing {
     /// `PluginPolicy <name>` or `the built-in default policy`.
     pub name: String,
     /// Its rules.
-    pub rules: guard::Policy,
+    pub rules: Rules,
 }
 
 /// The rules for the App's namespace, by name for messages (`None`: not known yet).
@@ -146,11 +147,12 @@ pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
         Some(Ok(governing)) => governing,
         Some(Err(reason)) => return refused("NamespaceRefused", reason),
     };
-    let source = match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.oci) {
-        Ok(source) => source,
-        Err(message) => return refused("InvalidSource", message),
-    };
-    if let Err(reason) = governing.rules.allows_source(&source) {
+    let source =
+        match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.source.oci) {
+            Ok(source) => source,
+            Err(message) => return refused("InvalidSource", message),
+        };
+    if let Err(reason) = governing.rules.source.allows_source(&source) {
         return refused(
             "SourceRefused",
             format!("{reason} (under {})", governing.name),
@@ -205,8 +207,9 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
 
     let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);
     let metadata = &loaded.compiled.metadata;
-    let extra: Vec<&crate::controller::kinds::Kind> = governing
+    let extra: Vec<&Kind> = governing
         .rules
+        .plan
         .extra_kinds
         .iter()
         .filter(|k| {
@@ -260,7 +263,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             .map(|o| o.name.as_str()),
     );
     let check = Box::new(guard::AppCheck {
-        policy: governing.rules.clone(),
+        policy: governing.rules.plan.clone(),
         policy_name: governing.name.clone(),
         app: app_ref.name.clone(),
         namespace: namespace.clone(),
@@ -275,7 +278,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             check,
         };
     }
-    let calls = Box::new(HostCalls::new(
+    let calls = Box::new(ComponentCalls::budgeted(
         Arc::clone(&loaded),
         Arc::new(input),
         limits,

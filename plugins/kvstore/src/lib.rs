@@ -134,7 +134,16 @@ mod tests {
     fn metadata_reports_every_capability() {
         let metadata = Fixture::metadata::<Kvstore>();
         assert_eq!(metadata.name, "kvstore");
-        assert_eq!(metadata.capabilities, Capability::ALL);
+        assert_eq!(
+            metadata.capabilities,
+            [
+                Capability::SpecDiff,
+                Capability::Health,
+                Capability::Backup,
+                Capability::Upgrade,
+                Capability::Finalize
+            ]
+        );
         assert!(metadata.owns.iter().any(|k| k.kind == "StatefulSet"));
         assert!(metadata.observes.iter().any(|k| k.kind == "Pod"));
     }

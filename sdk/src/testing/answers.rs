@@ -1,24 +1,17 @@
 //! The host's rules on answers ([`wasmop_core::answers`]) applied to what the plugin under test
 //! returns: each answer is converted to the core's and checked by the same functions the host
 //! calls, with the host's default output cap, so a [`Fixture`](super::Fixture) fails where the
-//! host would refuse the answer as `BadOutput`, in the host's words.
-
-use std::time::Duration;
+//! host would refuse the answer as `BadOutput`, in the host's words. Here: how a refusal is
+//! said, and `metadata`; each capability's answer is checked beside its trait (e.g.
+//! `crate::health::native::checked`).
 
 use wasmop_core::{
     Failure,
-    answers::{
-        self, AnswerError, BAD_OUTPUT, CleanupDecision, DEFAULT_MAX_OUTPUT_BYTES, GateDecision,
-        PluginMetadata,
-    },
+    answers::{self, AnswerError, BAD_OUTPUT, PluginMetadata},
 };
 
 use crate::error::Error;
-use crate::finalize::FinalizeDecision;
-use crate::health::{ConditionStatus, HealthReport, HealthState};
 use crate::metadata::{KindRef, Metadata, Plugin};
-use crate::runtime::{RawBackupDecision, RawPlan};
-use crate::upgrade::UpgradeDecision;
 
 /// Names the plugin in messages, as `name@version` (the host says `name@digest`).
 pub(super) fn label(metadata: &Metadata) -> String {
@@ -57,83 +50,5 @@ pub(super) fn metadata(metadata: &Metadata) -> Result<PluginMetadata, AnswerErro
         observes: kinds(&metadata.observes),
     };
     answers::check_metadata(&checked)?;
-    Ok(checked)
-}
-
-/// `spec-diff.plan`'s answer, checked.
-pub(super) fn plan(raw: &RawPlan) -> Result<answers::Plan, AnswerError> {
-    answers::check_plan(
-        &raw.objects,
-        raw.requeue_after_ms.map(Duration::from_millis),
-        DEFAULT_MAX_OUTPUT_BYTES,
-    )
-}
-
-/// `health.check`'s answer, checked.
-pub(super) fn health(report: &HealthReport) -> Result<answers::HealthReport, AnswerError> {
-    let checked = answers::HealthReport {
-        state: match report.state {
-            HealthState::Healthy => answers::HealthState::Healthy,
-            HealthState::Progressing => answers::HealthState::Progressing,
-            HealthState::Degraded => answers::HealthState::Degraded,
-        },
-        conditions: report
-            .conditions
-            .iter()
-            .map(|c| answers::PluginCondition {
-                type_: c.condition_type.clone(),
-                status: match c.status {
-                    ConditionStatus::True => "True",
-                    ConditionStatus::False => "False",
-                    ConditionStatus::Unknown => "Unknown",
-                },
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-            })
-            .collect(),
-        message: report.message.clone(),
-        rollout_complete: report.rollout_complete,
-    };
-    answers::check_health(&checked, DEFAULT_MAX_OUTPUT_BYTES)?;
-    Ok(checked)
-}
-
-/// `backup.schedule`'s answer, checked.
-pub(super) fn backup(raw: RawBackupDecision) -> Result<answers::BackupDecision, AnswerError> {
-    answers::check_backup(
-        raw.run,
-        raw.expire,
-        raw.requeue_after_ms.map(Duration::from_millis),
-        DEFAULT_MAX_OUTPUT_BYTES,
-    )
-}
-
-/// `upgrade.gate`'s answer, checked.
-pub(super) fn gate(decision: &UpgradeDecision) -> Result<GateDecision, AnswerError> {
-    let checked = match decision {
-        UpgradeDecision::Allow => GateDecision::Allow,
-        UpgradeDecision::Wait(reason) => GateDecision::Wait(reason.clone()),
-        UpgradeDecision::Deny(reason) => GateDecision::Deny(reason.clone()),
-    };
-    answers::check_gate(&checked, DEFAULT_MAX_OUTPUT_BYTES)?;
-    Ok(checked)
-}
-
-/// `finalize.cleanup`'s answer, checked.
-pub(super) fn cleanup(decision: &FinalizeDecision) -> Result<CleanupDecision, AnswerError> {
-    let refs = |refs: &[crate::finalize::ObjectRef]| {
-        refs.iter()
-            .map(|r| answers::ObjectRef {
-                api_version: r.api_version.clone(),
-                kind: r.kind.clone(),
-                name: r.name.clone(),
-            })
-            .collect()
-    };
-    let checked = CleanupDecision {
-        delete: refs(&decision.delete),
-        keep: refs(&decision.keep),
-    };
-    answers::check_cleanup(&checked, DEFAULT_MAX_OUTPUT_BYTES)?;
     Ok(checked)
 }

@@ -7,29 +7,85 @@
 //! rules on answers ([`super::answers`]): one the host would refuse makes the decision the
 //! host's for it (`Degraded`, reason `BadOutput`, the host's message).
 //!
-//! What stays with the host: the namespace's PluginPolicy. Here every planned object gets the
-//! App's namespace and one naming another namespace is refused; pod security, the allowed kinds
-//! and sizes are checked by `wasmop plugin run` (with `--policy`) and by the host.
+//! Plans and backup Jobs go through the host's guard ([`wasmop_core::guard::AppCheck`]) under
+//! the built-in default policy's plan rules, or the rules given with [`Fixture::with_policy`]:
+//! the allowed kinds and the plugin's declared `owns`, names, sizes and the App's namespace,
+//! metadata the host owns, the Pod Security Standards level and wasmop's pod rules. A plan the
+//! host would refuse makes the decision the host's for it (`Degraded`, reason `PlanRejected`,
+//! the host's message). What stays with the host: which PluginPolicy governs the namespace,
+//! where plugins may come from, and the RBAC bindings that name ServiceAccounts (none here, as
+//! in `wasmop plugin run`).
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 use wasmop_core::{
-    Decision, Deletion, Failure, PlanCheck, PluginCalls, Snapshot,
-    answers::{self, GateDecision},
+    Decision, Deletion, Snapshot,
     capability::Capability as CoreCapability,
     decide::{self, PluginState},
     decide_deletion,
-    object::PluginObject,
+    guard::{AppCheck, Bound, PlanPolicy},
     observed::visible_to,
     status::PluginStatus,
 };
 
-use super::{Fixture, answers as rules};
-use crate::error::{Error, ErrorKind};
-use crate::runtime::{Exported, Native};
+use super::{Fixture, NativeCalls, answers as rules};
+use crate::error::Error;
+use crate::runtime::Exported;
 
 impl Fixture {
+    /// Holds plans to `policy`'s plan rules in [`Fixture::reconcile`] instead of the built-in
+    /// default policy's ([`PlanPolicy::default`]): what a PluginPolicy of the App's namespace
+    /// would allow (`PluginPolicySpec::plan_rules` in the host).
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    /// use wasmop_sdk::testing::{self, Fixture, core::guard::PlanPolicy};
+    /// # use wasmop_sdk::{Metadata, Plan, PlanInput, Plugin, Result, SpecDiff};
+    /// # struct Exposed;
+    /// # impl Plugin for Exposed {
+    /// #     type Config = serde_json::Value;
+    /// #     fn metadata() -> Metadata { Metadata::new("exposed", "0.1.0").owns::<Service>() }
+    /// # }
+    /// # impl SpecDiff for Exposed {
+    /// #     fn plan(_: &PlanInput<serde_json::Value>) -> Result<Plan> {
+    /// #         let mut plan = Plan::new();
+    /// #         plan.push(&Service {
+    /// #             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    /// #                 name: Some("web".into()),
+    /// #                 ..Default::default()
+    /// #             },
+    /// #             spec: Some(ServiceSpec {
+    /// #                 type_: Some("NodePort".into()),
+    /// #                 ports: Some(vec![ServicePort { port: 80, ..Default::default() }]),
+    /// #                 ..Default::default()
+    /// #             }),
+    /// #             ..Default::default()
+    /// #         })?;
+    /// #         Ok(plan)
+    /// #     }
+    /// # }
+    /// # wasmop_sdk::export!(Exposed: SpecDiff);
+    /// // `Exposed` plans a NodePort Service, which the built-in default policy refuses.
+    /// let app = testing::app("demo", "default", "1.0.0", serde_json::json!({}));
+    /// let refused = Fixture::new(app.clone()).reconcile::<Exposed>().expect("decides");
+    /// assert!(refused.apply.is_empty());
+    ///
+    /// let node_ports = PlanPolicy {
+    ///     service_types: vec!["ClusterIP".into(), "NodePort".into()],
+    ///     ..PlanPolicy::default()
+    /// };
+    /// let decision = Fixture::new(app)
+    ///     .with_policy(node_ports)
+    ///     .reconcile::<Exposed>()
+    ///     .expect("decides");
+    /// assert_eq!(decision.apply.len(), 1);
+    /// ```
+    pub fn with_policy(mut self, policy: PlanPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
     /// Runs one reconcile of the App as the host would (see the module docs of
     /// `sdk/src/testing/reconcile.rs`): the App's `status` is the previous status, the observed
     /// objects are the cluster, the clock is [`Fixture::now`].
@@ -41,6 +97,18 @@ impl Fixture {
     /// status would (`Degraded`, reason and message), with `requeue: Backoff`.
     pub fn reconcile<P: Exported>(&self) -> Result<Decision, Error> {
         let (snapshot, owns, observes) = self.snapshot::<P>()?;
+        // The host's guard, as for an App whose namespace no RBAC binding names accounts in.
+        let check = AppCheck {
+            policy: self.policy.clone().unwrap_or_default(),
+            policy_name: match self.policy {
+                None => "the built-in default policy".into(),
+                Some(_) => "the Fixture's policy".into(),
+            },
+            app: snapshot.app.name.clone(),
+            namespace: snapshot.app.namespace.clone(),
+            owns: owns.clone(),
+            bound: Bound::default(),
+        };
         let capabilities = capabilities::<P>();
         let visible: Vec<String> = visible_to(
             &snapshot.observed,
@@ -51,9 +119,6 @@ impl Fixture {
         .map(|o| o.json.to_string())
         .collect();
         let mut calls = NativeCalls::of::<P>(self.app.clone(), visible, self.now_ms);
-        let check = NamespaceCheck {
-            namespace: snapshot.app.namespace.clone(),
-        };
         Ok(decide::decide(&snapshot, &mut calls, &check))
     }
 
@@ -192,187 +257,7 @@ impl Fixture {
     }
 }
 
-/// The plugin's traits as the decision core's calls: a [`PluginCalls`] that runs the plugin's
-/// Rust code directly, through the same parsing and serialization as the component. What
-/// [`Fixture::reconcile`] decides with, and what a host built with its `native-plugins` feature
-/// (the scale benchmark's measure of the Wasm tax) calls instead of the component.
-pub struct NativeCalls {
-    native: Native,
-    capabilities: BTreeSet<CoreCapability>,
-    app: String,
-    observed: Vec<String>,
-    now_ms: i64,
-    label: String,
-}
-
-impl NativeCalls {
-    /// The calls of plugin `P` for the App JSON `app`, with the observed objects it may see
-    /// (JSON text) and the clock `now_ms`.
-    pub fn of<P: Exported>(app: String, observed: Vec<String>, now_ms: i64) -> Self {
-        let metadata = P::metadata();
-        NativeCalls {
-            native: P::NATIVE,
-            capabilities: capabilities::<P>(),
-            app,
-            observed,
-            now_ms,
-            label: rules::label(&metadata),
-        }
-    }
-
-    /// The host's view of an answer it refuses: `BadOutput`, in its words.
-    fn bad(&self, interface: &'static str) -> impl FnOnce(answers::AnswerError) -> Failure + '_ {
-        move |err| rules::failure(&self.label, interface, &err)
-    }
-
-    /// The host's view of a plugin error: `InvalidConfig` or `PluginError`, naming the field.
-    fn refused(&self, interface: &str, err: Error) -> Failure {
-        let reason = match err.kind() {
-            ErrorKind::InvalidConfig => "InvalidConfig",
-            _ => "PluginError",
-        };
-        let field = err
-            .field()
-            .map(|f| format!(" (field {f})"))
-            .unwrap_or_default();
-        Failure::new(
-            reason,
-            format!(
-                "plugin {} refused {interface}: {}{field}",
-                self.label,
-                err.message()
-            ),
-        )
-    }
-
-    fn missing(&self, interface: &str) -> Failure {
-        Failure::new(
-            "CapabilityMissing",
-            format!("{} does not export {interface}", self.label),
-        )
-    }
-}
-
-impl PluginCalls for NativeCalls {
-    fn capabilities(&self) -> &BTreeSet<CoreCapability> {
-        &self.capabilities
-    }
-
-    fn gate(&mut self, from: &str, to: &str) -> Result<GateDecision, Failure> {
-        let gate = self.native.gate.ok_or_else(|| self.missing("upgrade"))?;
-        let decision = gate(
-            &self.app,
-            self.observed.clone(),
-            from.into(),
-            to.into(),
-            self.now_ms,
-        )
-        .map_err(|e| self.refused("upgrade", e))?;
-        rules::gate(&decision).map_err(self.bad("upgrade"))
-    }
-
-    fn plan(&mut self, current: Option<&str>, target: &str) -> Result<answers::Plan, Failure> {
-        let plan = self.native.plan.ok_or_else(|| self.missing("spec-diff"))?;
-        let raw = plan(
-            &self.app,
-            self.observed.clone(),
-            current.map(str::to_string),
-            target.into(),
-            self.now_ms,
-        )
-        .map_err(|e| self.refused("spec-diff", e))?;
-        rules::plan(&raw).map_err(self.bad("spec-diff"))
-    }
-
-    fn health(&mut self, version: &str) -> Result<answers::HealthReport, Failure> {
-        let check = self.native.check.ok_or_else(|| self.missing("health"))?;
-        let report = check(
-            &self.app,
-            self.observed.clone(),
-            version.into(),
-            self.now_ms,
-        )
-        .map_err(|e| self.refused("health", e))?;
-        rules::health(&report).map_err(self.bad("health"))
-    }
-
-    fn backup(&mut self, last_completed: Option<&str>) -> Result<answers::BackupDecision, Failure> {
-        let schedule = self.native.schedule.ok_or_else(|| self.missing("backup"))?;
-        let raw = schedule(
-            &self.app,
-            self.observed.clone(),
-            last_completed.map(str::to_string),
-            self.now_ms,
-        )
-        .map_err(|e| self.refused("backup", e))?;
-        rules::backup(raw).map_err(self.bad("backup"))
-    }
-
-    fn finalize(&mut self) -> Result<answers::CleanupDecision, Failure> {
-        let cleanup = self
-            .native
-            .cleanup
-            .ok_or_else(|| self.missing("finalize"))?;
-        let raw = cleanup(&self.app, self.observed.clone(), self.now_ms)
-            .map_err(|e| self.refused("finalize", e))?;
-        rules::cleanup(&raw).map_err(self.bad("finalize"))
-    }
-}
-
-/// The capabilities `P` exports, as the decision core names them.
-fn capabilities<P: Exported>() -> BTreeSet<CoreCapability> {
-    P::CAPABILITIES
-        .iter()
-        .filter_map(|c| CoreCapability::from_interface(c.as_str()))
-        .collect()
-}
-
-/// The part of the host's guard that needs no policy: objects land in the App's namespace.
-struct NamespaceCheck {
-    namespace: String,
-}
-
-impl PlanCheck for NamespaceCheck {
-    fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
-        objects
-            .into_iter()
-            .map(|mut object| {
-                let elsewhere = object
-                    .metadata()
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .is_some_and(|ns| ns != self.namespace);
-                if elsewhere {
-                    return Err(Failure::new(
-                        "PlanRejected",
-                        format!(
-                            "plan rejected: {}/{}: metadata.namespace: objects must be in the \
-                             App's namespace {}",
-                            object.kind(),
-                            object.name(),
-                            self.namespace
-                        ),
-                    ));
-                }
-                object.metadata_mut(|m| {
-                    m.insert("namespace".into(), Value::String(self.namespace.clone()));
-                });
-                Ok(object)
-            })
-            .collect()
-    }
-
-    fn check_backup_job(
-        &self,
-        _: &str,
-        _: &PluginObject,
-        _: &BTreeSet<String>,
-        _: &BTreeSet<String>,
-    ) -> Result<(), Failure> {
-        Ok(())
-    }
-
-    fn prunable(&self, _: &str, _: &str) -> bool {
-        true
-    }
+/// The capabilities `P` exports.
+pub(super) fn capabilities<P: Exported>() -> BTreeSet<CoreCapability> {
+    P::CAPABILITIES.iter().copied().collect()
 }

@@ -1,6 +1,7 @@
 //! `backup.schedule`: a slot and its Job, slots to expire ([`answers::check_backup`]).
 
 use super::*;
+use wasmop_core::backup::ScheduleCall;
 
 impl CompiledPlugin {
     /// Calls `backup.schedule`.
@@ -25,8 +26,7 @@ impl CompiledPlugin {
             tags,
             cx.now_ms,
             capability,
-            &self.exports.backup,
-            |g, store, instance| {
+            |g: &guest::backup::GuestIndices, store, instance| {
                 g.load(&mut *store, instance)?
                     .call_schedule(&mut *store, input)
             },
@@ -39,5 +39,18 @@ impl CompiledPlugin {
             limits.max_output_bytes,
         )
         .map_err(|err| self.bad(capability.interface(), err))
+    }
+}
+
+impl ComponentCall for ScheduleCall {
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<BackupDecision, CallError> {
+        plugin.call_backup(engine, limits, tags, cx, self.last_completed.as_deref())
     }
 }

@@ -2,6 +2,7 @@
 //! ([`answers::check_cleanup`]).
 
 use super::*;
+use wasmop_core::deletion::CleanupCall;
 
 impl CompiledPlugin {
     /// Calls `finalize.cleanup`.
@@ -24,8 +25,7 @@ impl CompiledPlugin {
             tags,
             cx.now_ms,
             capability,
-            &self.exports.finalize,
-            |g, store, instance| {
+            |g: &guest::finalize::GuestIndices, store, instance| {
                 g.load(&mut *store, instance)?
                     .call_cleanup(&mut *store, input)
             },
@@ -43,5 +43,18 @@ impl CompiledPlugin {
         answers::check_cleanup(&decision, limits.max_output_bytes)
             .map_err(|err| self.bad(capability.interface(), err))?;
         Ok(decision)
+    }
+}
+
+impl ComponentCall for CleanupCall {
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<CleanupDecision, CallError> {
+        plugin.call_finalize(engine, limits, tags, cx)
     }
 }

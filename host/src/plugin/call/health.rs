@@ -2,6 +2,7 @@
 //! no host-reserved types, at most [`answers::MAX_CONDITIONS`]).
 
 use super::*;
+use wasmop_core::health::CheckCall;
 
 impl CompiledPlugin {
     /// Calls `health.check`.
@@ -27,8 +28,7 @@ impl CompiledPlugin {
             tags,
             cx.now_ms,
             capability,
-            &self.exports.health,
-            |g, store, instance| {
+            |g: &guest::health::GuestIndices, store, instance| {
                 g.load(&mut *store, instance)?
                     .call_check(&mut *store, input)
             },
@@ -60,5 +60,18 @@ impl CompiledPlugin {
         answers::check_health(&report, limits.max_output_bytes)
             .map_err(|err| self.bad(capability.interface(), err))?;
         Ok(report)
+    }
+}
+
+impl ComponentCall for CheckCall {
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<HealthReport, CallError> {
+        plugin.call_health(engine, limits, tags, cx, &self.version)
     }
 }

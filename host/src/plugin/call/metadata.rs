@@ -19,17 +19,19 @@ impl CompiledPlugin {
                 .call_get(&mut *store)
         })?;
         let kind = |k: &guest::metadata::KindRef| format!("{}/{}", k.api_version, k.kind);
+        // The binding's discriminant is the case's position in the WIT enum, which the
+        // capability table follows (checked against the WIT by wasmop-core's tests).
         let claimed = info
             .capabilities
             .iter()
-            .map(|c| match c {
-                guest::metadata::Capability::SpecDiff => Capability::SpecDiff,
-                guest::metadata::Capability::Health => Capability::Health,
-                guest::metadata::Capability::Backup => Capability::Backup,
-                guest::metadata::Capability::Upgrade => Capability::Upgrade,
-                guest::metadata::Capability::Finalize => Capability::Finalize,
+            .map(|&c| {
+                Capability::from_wit_index(c as usize).ok_or_else(|| CallError::BadOutput {
+                    plugin: self.label(),
+                    interface: "metadata",
+                    reason: format!("capability #{} is not in this host's table", c as usize),
+                })
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let metadata = PluginMetadata {
             name: info.name,
             version: info.version,

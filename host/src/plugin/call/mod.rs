@@ -10,15 +10,25 @@
 //! however the entries alias. What passes is then held to the output cap and to a count per
 //! list, by the answer rules.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    any::Any,
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
-use wasmop_core::answers::{self, AnswerError, PluginMetadata};
-use wasmtime::{Store, Trap, component::Instance};
+use wasmop_core::{
+    Call,
+    answers::{self, AnswerError, PluginMetadata},
+};
+use wasmtime::{
+    Store, Trap,
+    component::{Instance, InstancePre},
+};
 
 use super::{
     CallError, Capability,
     bindings::exports::wasmop::plugin as guest,
-    compile::CompiledPlugin,
+    compile::{CompiledPlugin, Exports},
     engine::PluginEngine,
     input::AppContext,
     limits::CallLimits,
@@ -57,6 +67,48 @@ mod health;
 mod metadata;
 mod plan;
 mod upgrade;
+
+/// One capability's call on a component: implemented in the capability's call file, for the
+/// decision core's call type, by calling its `CompiledPlugin::call_*`. How
+/// [`ComponentCalls`](super::component_calls::ComponentCalls) answers the core's calls.
+pub trait ComponentCall: Call {
+    /// Makes the call of `plugin` on `cx` with `limits`.
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<Self::Answer, CallError>;
+}
+
+impl Exports {
+    /// Looks up the export indices of `metadata` and of every capability in `exported`, once at
+    /// load: a component whose exports do not have the functions and types of this host's WIT
+    /// fails here, not at its first call.
+    pub(super) fn new(
+        pre: &InstancePre<CallState>,
+        exported: &BTreeSet<Capability>,
+    ) -> wasmtime::Result<Self> {
+        let metadata = guest::metadata::GuestIndices::new(pre)?;
+        let mut capabilities: BTreeMap<Capability, Box<dyn Any + Send + Sync>> = BTreeMap::new();
+        for &capability in exported {
+            let indices: Box<dyn Any + Send + Sync> = match capability {
+                Capability::SpecDiff => Box::new(guest::spec_diff::GuestIndices::new(pre)?),
+                Capability::Health => Box::new(guest::health::GuestIndices::new(pre)?),
+                Capability::Backup => Box::new(guest::backup::GuestIndices::new(pre)?),
+                Capability::Upgrade => Box::new(guest::upgrade::GuestIndices::new(pre)?),
+                Capability::Finalize => Box::new(guest::finalize::GuestIndices::new(pre)?),
+            };
+            capabilities.insert(capability, indices);
+        }
+        Ok(Self {
+            metadata,
+            capabilities,
+        })
+    }
+}
 
 impl CompiledPlugin {
     /// Runs `f` against a fresh instance in a fresh Store with `limits`, and turns whatever went
@@ -119,23 +171,30 @@ impl CompiledPlugin {
         })
     }
 
-    /// Runs `call` against the capability's export `indices`, or reports it unsupported.
-    // Each argument is a separate input of the call; bundling them would only move the list.
-    #[allow(clippy::too_many_arguments)]
-    fn invoke<I, R>(
+    /// Runs `call` against the capability's export indices (the `GuestIndices` of its
+    /// interface), or reports it unsupported.
+    fn invoke<I: 'static, R>(
         &self,
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
         now_ms: i64,
         capability: Capability,
-        indices: &Option<I>,
         call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let Some(indices) = indices else {
+        let Some(indices) = self.exports.capabilities.get(&capability) else {
             return Err(CallError::Unsupported {
                 plugin: self.label(),
                 interface: capability.interface(),
+            });
+        };
+        let Some(indices) = indices.downcast_ref::<I>() else {
+            return Err(CallError::Host {
+                plugin: self.label(),
+                interface: capability.interface(),
+                message: format!(
+                    "the host looked up other export indices for {capability} than its call uses"
+                ),
             });
         };
         self.with_instance(

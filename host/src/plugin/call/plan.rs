@@ -2,6 +2,7 @@
 //! ([`answers::check_plan`]).
 
 use super::*;
+use wasmop_core::decide::PlanCall;
 
 impl CompiledPlugin {
     /// Calls `spec-diff.plan` and checks every object it returns.
@@ -28,8 +29,9 @@ impl CompiledPlugin {
             tags,
             cx.now_ms,
             capability,
-            &self.exports.spec_diff,
-            |g, store, instance| g.load(&mut *store, instance)?.call_plan(&mut *store, input),
+            |g: &guest::spec_diff::GuestIndices, store, instance| {
+                g.load(&mut *store, instance)?.call_plan(&mut *store, input)
+            },
         )?;
         let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
         answers::check_plan(
@@ -38,5 +40,25 @@ impl CompiledPlugin {
             limits.max_output_bytes,
         )
         .map_err(|err| self.bad(capability.interface(), err))
+    }
+}
+
+impl ComponentCall for PlanCall {
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<Plan, CallError> {
+        plugin.call_plan(
+            engine,
+            limits,
+            tags,
+            cx,
+            self.current.as_deref(),
+            &self.target,
+        )
     }
 }

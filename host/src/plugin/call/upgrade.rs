@@ -1,6 +1,7 @@
 //! `upgrade.gate`: allow, wait or deny a version step ([`answers::check_gate`]).
 
 use super::*;
+use wasmop_core::upgrade::GateCall;
 
 impl CompiledPlugin {
     /// Calls `upgrade.gate`.
@@ -27,8 +28,9 @@ impl CompiledPlugin {
             tags,
             cx.now_ms,
             capability,
-            &self.exports.upgrade,
-            |g, store, instance| g.load(&mut *store, instance)?.call_gate(&mut *store, input),
+            |g: &guest::upgrade::GuestIndices, store, instance| {
+                g.load(&mut *store, instance)?.call_gate(&mut *store, input)
+            },
         )?;
         let decision =
             match result.map_err(|err| refused!(upgrade, self.label(), capability, err))? {
@@ -39,5 +41,18 @@ impl CompiledPlugin {
         answers::check_gate(&decision, limits.max_output_bytes)
             .map_err(|err| self.bad(capability.interface(), err))?;
         Ok(decision)
+    }
+}
+
+impl ComponentCall for GateCall {
+    fn call(
+        self,
+        plugin: &CompiledPlugin,
+        engine: &PluginEngine,
+        limits: &CallLimits,
+        tags: CallTags,
+        cx: &AppContext,
+    ) -> Result<GateDecision, CallError> {
+        plugin.call_upgrade(engine, limits, tags, cx, &self.from, &self.to)
     }
 }

@@ -1,8 +1,12 @@
 //! Download: where plugin bytes come from. Each source kind is one module; all of them deliver
 //! the same [`Fetched`] (bytes and their digest) and fail with [`LoadError::Fetch`] or
-//! [`LoadError::DigestMismatch`].
+//! [`LoadError::DigestMismatch`]. Where a namespace's plugins may come from is its policy's
+//! source rules, [`SourcePolicy`] (the plan rules are the decision core's,
+//! [`wasmop_core::guard::PlanPolicy`]).
 
 use std::{fmt, path::PathBuf};
+
+use wasmop_core::guard::is_dns_subdomain;
 
 use super::{Digest, LoadError};
 use crate::app::PluginSource;
@@ -170,6 +174,62 @@ pub struct OciRules {
     pub max_component_bytes: Option<usize>,
 }
 
+/// Where plugins may come from in a namespace: the source rules of a policy.
+/// [`SourcePolicy::default`] is the built-in default's: any registry, ConfigMaps allowed, no
+/// signature required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePolicy {
+    /// Where OCI plugins may come from: prefixes of `registry/repository` (`None`: anywhere).
+    pub registries: Option<Vec<String>>,
+    /// Whether plugins may come from ConfigMaps in the App's namespace.
+    pub config_map_sources: bool,
+    /// Whose credentials OCI plugins are read with, and whose signatures they need.
+    pub oci: OciRules,
+}
+
+impl Default for SourcePolicy {
+    fn default() -> Self {
+        Self {
+            registries: None,
+            config_map_sources: true,
+            oci: OciRules::default(),
+        }
+    }
+}
+
+impl SourcePolicy {
+    /// Whether an App may load its plugin from `source`, or why not.
+    pub fn allows_source(&self, source: &SourceRef) -> Result<(), String> {
+        match source {
+            SourceRef::Oci(oci) => {
+                let Some(prefixes) = &self.registries else {
+                    return Ok(());
+                };
+                let repository = repository_of(&oci.reference)
+                    .ok_or_else(|| format!("invalid OCI reference {:?}", oci.reference))?;
+                if prefixes.iter().any(|p| is_under(&repository, p)) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{repository} is not under a registry the policy allows ({})",
+                        prefixes.join(", ")
+                    ))
+                }
+            }
+            // Only OCI artifacts carry signatures.
+            SourceRef::ConfigMap { .. } | SourceRef::File(_) if !self.oci.keys.is_empty() => Err(
+                "the policy requires plugins signed by one of its keys (spec.verify), \
+                     and only OCI images carry signatures"
+                    .into(),
+            ),
+            SourceRef::ConfigMap { .. } if !self.config_map_sources => {
+                Err("the policy does not allow plugins from ConfigMaps".into())
+            }
+            SourceRef::ConfigMap { .. } | SourceRef::File(_) => Ok(()),
+        }
+    }
+}
+
 impl SourceRef {
     /// The source an App's `spec.plugin` names, in the App's `namespace`, under `rules`.
     pub fn from_spec(
@@ -274,19 +334,6 @@ impl Fetched {
         let digest = Digest::of(&bytes);
         Self { bytes, digest }
     }
-}
-
-/// A Kubernetes object name of the DNS-subdomain kind (RFC 1123), as Secrets have.
-pub(crate) fn is_dns_subdomain(name: &str) -> bool {
-    (1..=253).contains(&name.len())
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// `registry/repository` of an OCI reference, if it parses.
@@ -406,5 +453,59 @@ mod tests {
         let in_a = SourceRef::from_spec("a", &image("x.io/p:1", &["s"]), &OciRules::default());
         let in_b = SourceRef::from_spec("b", &image("x.io/p:1", &["s"]), &OciRules::default());
         assert_ne!(in_a, in_b);
+    }
+
+    #[test]
+    fn sources_are_held_to_the_policy_registries_on_path_boundaries() {
+        let policy = SourcePolicy {
+            registries: Some(vec![
+                "ghcr.io/acme".into(),
+                "127.0.0.1:15000/plugins/".into(),
+            ]),
+            config_map_sources: false,
+            ..SourcePolicy::default()
+        };
+        let oci = |r: &str| SourceRef::Oci(OciRef::anonymous(r));
+        assert!(policy.allows_source(&oci("ghcr.io/acme/cache:1")).is_ok());
+        assert!(policy.allows_source(&oci("ghcr.io/acme/team/db@sha256:0000000000000000000000000000000000000000000000000000000000000000")).is_ok());
+        assert!(
+            policy
+                .allows_source(&oci("127.0.0.1:15000/plugins/kvstore:1.0"))
+                .is_ok()
+        );
+        let err = policy
+            .allows_source(&oci("ghcr.io/acme-evil/cache:1"))
+            .expect_err("not on a boundary");
+        assert!(
+            err.contains("ghcr.io/acme-evil/cache is not under"),
+            "{err}"
+        );
+        assert!(policy.allows_source(&oci("docker.io/library/x:1")).is_err());
+        let cm = SourceRef::ConfigMap {
+            namespace: "ns".into(),
+            name: "p".into(),
+            key: "plugin.wasm".into(),
+        };
+        assert!(policy.allows_source(&cm).is_err());
+        assert!(SourcePolicy::default().allows_source(&cm).is_ok());
+        assert!(
+            SourcePolicy::default()
+                .allows_source(&oci("anything.example/x:1"))
+                .is_ok()
+        );
+        // A policy that wants signatures takes only what can carry one.
+        let signed = SourcePolicy {
+            oci: OciRules {
+                keys: vec![TrustedKey {
+                    name: "release".into(),
+                    pem: String::new(),
+                }],
+                ..OciRules::default()
+            },
+            ..SourcePolicy::default()
+        };
+        let err = signed.allows_source(&cm).expect_err("unsigned by nature");
+        assert!(err.contains("spec.verify"), "{err}");
+        assert!(signed.allows_source(&oci("ghcr.io/acme/x:1")).is_ok());
     }
 }

@@ -90,7 +90,7 @@ pub struct Scheduling {
     /// The PriorityClasses pods may name: `None`, any but the `system-*` ones; `Some`, exactly
     /// these.
     pub priority_classes: Option<Vec<String>>,
-    /// Taint keys pods may tolerate beyond [`NODE_CONDITION_TAINTS`]; `"*"` allows every key,
+    /// Taint keys pods may tolerate beyond `NODE_CONDITION_TAINTS`; `"*"` allows every key,
     /// the empty one (every taint) included.
     pub tolerations: Vec<String>,
     /// Node label keys (or `metadata.name`) pods may select nodes by although they name a role

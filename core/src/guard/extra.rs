@@ -53,14 +53,14 @@
 //! `CronJob`, a bare `Pod`, `ReplicationController`), whose pod templates [`super::pods`] checks
 //! (and a CronJob's job template metadata, [`super::fields::metadata`]), and `Secret` (its type).
 //! `Endpoints` and `EndpointSlice` are never plannable (CVE-2021-25740, see
-//! `crate::policy`). Any other extra kind goes unchecked, and the policy's `Valid` condition
+//! the host's `policy` module). Any other extra kind goes unchecked, and the policy's `Valid` condition
 //! names it ([`super::checks_body`]).
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::{Breach, Policy, replicas};
+use super::{Breach, PlanPolicy, replicas};
 
 /// What a body check needs to know beyond the object itself.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +74,7 @@ pub(super) struct Scope<'a> {
 /// One object's body, as the checks read it.
 pub(super) struct Body<'a> {
     /// The namespace's rules.
-    pub policy: &'a Policy,
+    pub policy: &'a PlanPolicy,
     /// The App and the rest of its plan.
     pub scope: Scope<'a>,
     /// The object's `metadata`.
@@ -444,7 +444,7 @@ fn ingress_class(body: &Body<'_>) -> Option<Breach> {
 }
 
 /// Whether the policy lets Ingresses catch every host (`ingressHosts: ["*"]`).
-fn catches_all(policy: &Policy) -> bool {
+fn catches_all(policy: &PlanPolicy) -> bool {
     policy.ingress_hosts.iter().any(|h| h == "*")
 }
 
@@ -485,7 +485,7 @@ pub(super) fn host_allowed(allowed: &[String], host: &str) -> bool {
 }
 
 /// A breach at `at` if the policy does not list `host`.
-fn unlisted_host(policy: &Policy, host: &str, at: &str) -> Option<Breach> {
+fn unlisted_host(policy: &PlanPolicy, host: &str, at: &str) -> Option<Breach> {
     if host_allowed(&policy.ingress_hosts, host) {
         return None;
     }
@@ -499,7 +499,7 @@ fn unlisted_host(policy: &Policy, host: &str, at: &str) -> Option<Breach> {
     )
 }
 
-fn listed_hosts(policy: &Policy) -> String {
+fn listed_hosts(policy: &PlanPolicy) -> String {
     if policy.ingress_hosts.is_empty() {
         "ingressHosts is empty: Ingresses may serve no host".into()
     } else {
@@ -509,7 +509,7 @@ fn listed_hosts(policy: &Policy) -> String {
 
 /// A breach at `at` for a catch-all (which serves every host no other rule names) unless the
 /// policy allows one.
-fn catch_all(policy: &Policy, at: String, what: &str) -> Option<Breach> {
+fn catch_all(policy: &PlanPolicy, at: String, what: &str) -> Option<Breach> {
     if catches_all(policy) {
         return None;
     }
@@ -705,7 +705,7 @@ fn monitor_namespaces(spec: &Value, namespace: &str) -> Option<Breach> {
 /// `tlsConfig.caFile`, `certFile`, `keyFile`, `credentialsFile`, `password_file`, and whatever a
 /// later version adds), and no Secret reference unless the policy allows Secrets. `params` are
 /// the scrape's query parameters, named freely.
-fn walk_monitor(policy: &Policy, value: &Value, at: &str) -> Option<Breach> {
+fn walk_monitor(policy: &PlanPolicy, value: &Value, at: &str) -> Option<Breach> {
     match value {
         Value::Object(fields) => fields.iter().find_map(|(key, value)| {
             let path = format!("{at}.{key}");
@@ -884,7 +884,7 @@ mod tests {
 
     /// The breach of `kind`'s check on `object` (`metadata` and `spec`) in namespace `ns`,
     /// whose plan also holds the StatefulSet `db`.
-    fn run(policy: &Policy, api_version: &str, kind: &str, object: Value) -> Option<Breach> {
+    fn run(policy: &PlanPolicy, api_version: &str, kind: &str, object: Value) -> Option<Breach> {
         let check = check_of(api_version, kind).expect("a kind of the table");
         let scalable = BTreeSet::from([(
             "apps/v1".to_string(),
@@ -908,10 +908,10 @@ mod tests {
         })
     }
 
-    fn hosts(hosts: &[&str]) -> Policy {
-        Policy {
+    fn hosts(hosts: &[&str]) -> PlanPolicy {
+        PlanPolicy {
             ingress_hosts: hosts.iter().map(|h| h.to_string()).collect(),
-            ..Policy::default()
+            ..PlanPolicy::default()
         }
     }
 
@@ -1223,7 +1223,8 @@ mod tests {
         });
         assert_eq!(run(&everything, v1, "Ingress", catch_all), None);
         // By default, no host at all.
-        let breach = run(&Policy::default(), v1, "Ingress", an_ingress(|_| {})).expect("no hosts");
+        let breach =
+            run(&PlanPolicy::default(), v1, "Ingress", an_ingress(|_| {})).expect("no hosts");
         assert!(
             breach.reason.contains("ingressHosts is empty"),
             "{breach:?}"
@@ -1309,7 +1310,7 @@ mod tests {
 
     #[test]
     fn monitors_are_refused_with_field_and_rule() {
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         let v1 = "monitoring.coreos.com/v1";
         assert_eq!(
             run(&policy, v1, "ServiceMonitor", a_service_monitor(|_| {})),
@@ -1440,9 +1441,9 @@ mod tests {
             );
         }
         // A policy that lets pods use Secrets lets Prometheus read them too; files stay refused.
-        let secrets = Policy {
+        let secrets = PlanPolicy {
             allow_secrets: true,
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         let with_token = a_service_monitor(|o| {
             o["spec"]["endpoints"][0]["bearerTokenSecret"] = json!({"name": "db", "key": "token"})
@@ -1463,7 +1464,7 @@ mod tests {
                 "podMetricsEndpoints": [endpoint],
             }})
         };
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         assert_eq!(
             run(
                 &policy,
@@ -1501,7 +1502,7 @@ mod tests {
             json!({"metadata": {"name": "h"}, "spec": {
                 "scaleTargetRef": target, "minReplicas": 1, "maxReplicas": max}})
         };
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         let own = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"});
         for version in ["autoscaling/v2", "autoscaling/v1"] {
             let kind = "HorizontalPodAutoscaler";
@@ -1519,9 +1520,9 @@ mod tests {
                 None
             );
             // The bound is the policy's maxReplicas.
-            let wide = Policy {
+            let wide = PlanPolicy {
                 max_replicas: 100,
-                ..Policy::default()
+                ..PlanPolicy::default()
             };
             assert_eq!(
                 run(&wide, version, kind, hpa(own.clone(), json!(100))),
@@ -1599,7 +1600,7 @@ mod tests {
         }});
         assert_eq!(
             run(
-                &Policy::default(),
+                &PlanPolicy::default(),
                 "networking.k8s.io/v1",
                 "NetworkPolicy",
                 open
@@ -1628,7 +1629,7 @@ mod tests {
 
     #[test]
     fn cron_jobs_are_refused_with_field_and_rule() {
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         let v1 = "batch/v1";
         let set = |field: &'static str, value: Value| move |o: &mut Value| o["spec"][field] = value;
         type Change = Box<dyn FnOnce(&mut Value)>;
@@ -1742,7 +1743,7 @@ mod tests {
     #[test]
     fn cron_jobs_that_run_one_job_at_a_time_with_a_short_history_pass() {
         let v1 = "batch/v1";
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         type Change = Box<dyn FnOnce(&mut Value)>;
         let fine: Vec<Change> = vec![
             Box::new(|_| {}),

@@ -24,14 +24,14 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{Breach, Owned, Policy, scheduling, secrets, volumes};
-use crate::reconcile::pod_security;
+use super::{Breach, Owned, PlanPolicy, scheduling, secrets, volumes};
+use crate::pod_security;
 
 /// Checks the pod template at `at` (like `spec.template`) of an object in `namespace` (empty
 /// when not known); the first breach. `host_labels` are the `wasmop.dev/*` labels its ephemeral
 /// claims may carry, `owned` what its App creates.
 pub(super) fn check(
-    policy: &Policy,
+    policy: &PlanPolicy,
     template: &Value,
     at: &str,
     namespace: &str,
@@ -204,7 +204,7 @@ mod tests {
         template
     }
 
-    fn breach_of(policy: &Policy, template: &Value) -> Option<Breach> {
+    fn breach_of(policy: &PlanPolicy, template: &Value) -> Option<Breach> {
         let owned = Owned {
             accounts: BTreeSet::from(["mine".to_string()]),
             claims: BTreeSet::new(),
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn the_good_template_passes_and_each_rule_names_its_field() {
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         assert_eq!(breach_of(&policy, &good()), None);
         let cases: Vec<(Value, &str, &str)> = vec![
             (
@@ -338,13 +338,13 @@ mod tests {
             t["spec"]["serviceAccountName"] = json!("mine");
             t["spec"]["automountServiceAccountToken"] = json!(true);
         });
-        assert_eq!(breach_of(&Policy::default(), &own), None);
+        assert_eq!(breach_of(&PlanPolicy::default(), &own), None);
         let secret = with(|t| {
             t["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "db"}}]);
         });
-        let open = Policy {
+        let open = PlanPolicy {
             allow_secrets: true,
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         assert_eq!(breach_of(&open, &secret), None);
     }
@@ -352,12 +352,12 @@ mod tests {
     #[test]
     fn the_level_comes_from_the_policy() {
         let root = with(|t| t["spec"]["securityContext"]["runAsNonRoot"] = json!(false));
-        let baseline = Policy {
+        let baseline = PlanPolicy {
             pod_security: pod_security::Level::Baseline,
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         assert_eq!(breach_of(&baseline, &root), None);
-        let breach = breach_of(&Policy::default(), &root).expect("restricted forbids root");
+        let breach = breach_of(&PlanPolicy::default(), &root).expect("restricted forbids root");
         assert_eq!(breach.rule, "podSecurity/runAsNonRoot");
         assert!(breach.reason.contains("restricted"), "{}", breach.reason);
     }

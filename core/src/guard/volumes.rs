@@ -134,10 +134,10 @@ mod tests {
     use serde_json::{Map, json};
 
     use super::{
-        super::{Policy, pods, secrets},
+        super::{PlanPolicy, pods, secrets},
         *,
     };
-    use crate::reconcile::pod_security::Level;
+    use crate::pod_security::Level;
 
     const AT: &str = "spec.template.spec";
     const HOST: &[(&str, &str)] = &[(fields::APP_LABEL, "kv")];
@@ -467,10 +467,10 @@ mod tests {
                 let volume = json!({"name": "v", *source: value});
                 for level in [Level::Privileged, Level::Baseline, Level::Restricted] {
                     for allow_secrets in [false, true] {
-                        let policy = Policy {
+                        let policy = PlanPolicy {
                             pod_security: level,
                             allow_secrets,
-                            ..Policy::default()
+                            ..PlanPolicy::default()
                         };
                         let expected = if level > *allowed_up_to {
                             Some(if *source == "hostPath" && level == Level::Baseline {
@@ -522,9 +522,9 @@ mod tests {
                 (Some("mine"), false),
                 (Some("mine"), true),
             ] {
-                let policy = Policy {
+                let policy = PlanPolicy {
                     allow_secrets,
-                    ..Policy::default()
+                    ..PlanPolicy::default()
                 };
                 let expected = match kind {
                     Projection::Account if account.is_none() => Some("wasmop/serviceAccount"),

@@ -1,14 +1,14 @@
-//! Pod Security Standards: the host's own check of every pod template a plugin plans, at the
+//! Pod Security Standards: the guard's own check of every pod template a plugin plans, at the
 //! Kubernetes levels `baseline` and `restricted`, before anything is applied.
 //!
 //! A port of the Go package `k8s.io/pod-security-admission/policy` v0.36.3 (Kubernetes 1.36),
 //! with the latest policy version of every check. `checks.go` and `registry.go` become
-//! [`CHECKS`] and [`OVERRIDES`]: `baseline` runs the baseline checks, `restricted` runs every
+//! `CHECKS` and `OVERRIDES`: `baseline` runs the baseline checks, `restricted` runs every
 //! check except the baseline ones a restricted check overrides, `privileged` runs nothing, and
 //! violations come in upstream's order (baseline IDs sorted, then restricted IDs sorted).
-//! `visitor.go` becomes [`Reader::containers`] (init containers, then containers, then ephemeral
-//! containers) and `helpers.go` becomes [`join_quote`], [`pluralize`] and
-//! [`Reader::user_namespace`]. Each `check_*.go` is one submodule, with the cases of its
+//! `visitor.go` becomes `Reader::containers` (init containers, then containers, then ephemeral
+//! containers) and `helpers.go` becomes `join_quote`, `pluralize` and
+//! `Reader::user_namespace`. Each `check_*.go` is one submodule, with the cases of its
 //! `*_test.go` as table tests; `proptests` checks the levels against each other.
 //!
 //! Upstream checks a decoded `PodSpec`; this module reads the JSON an untrusted plugin wrote, so

@@ -3,14 +3,14 @@
 
 use serde_json::{Map, Value};
 
-use super::{Breach, Policy};
+use super::{Breach, PlanPolicy};
 
 /// The prefix of labels and annotations that carry the host's own bookkeeping.
 const HOST_PREFIX: &str = "wasmop.dev/";
 /// The host label that ties objects and Pods to their App (how the host finds an App's Pods and
 /// claims): a plugin may write it (the SDK does, in selectors and pod templates) only with the
 /// App's own name.
-pub(super) use wasmop_core::observed::APP_LABEL;
+pub(super) use crate::observed::APP_LABEL;
 
 fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
     Some(Breach {
@@ -78,7 +78,7 @@ pub(super) fn metadata(
 
 /// A Service's `spec`: its type must be one the policy allows, and no `externalIPs`
 /// (CVE-2020-8554: a Service with external IPs intercepts traffic to those IPs cluster-wide).
-pub(super) fn service(policy: &Policy, spec: &Value) -> Option<Breach> {
+pub(super) fn service(policy: &PlanPolicy, spec: &Value) -> Option<Breach> {
     let kind = match spec.get("type") {
         None | Some(Value::Null) => "ClusterIP",
         Some(Value::String(kind)) => kind.as_str(),
@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn services_stay_inside_the_cluster() {
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         assert_eq!(service(&policy, &json!({"ports": []})), None);
         assert_eq!(service(&policy, &json!({"type": "ClusterIP"})), None);
         for (spec, rule) in [
@@ -184,9 +184,9 @@ mod tests {
         ] {
             assert_eq!(service(&policy, &spec).expect(rule).rule, rule);
         }
-        let open = Policy {
+        let open = PlanPolicy {
             service_types: vec!["ClusterIP".into(), "LoadBalancer".into()],
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         assert_eq!(service(&open, &json!({"type": "LoadBalancer"})), None);
     }

@@ -1,7 +1,7 @@
 //! The guard's rules on objects an App already runs: a policy may tighten after an object was
 //! applied (baseline to restricted, Secrets taken away), and an object the rules in force now
 //! forbid must not keep running unnoticed. When a plan is not applied, the decision core asks
-//! about each object the App owns ([`wasmop_core::PlanCheck::check_live`]); the answer is the
+//! about each object the App owns ([`crate::PlanCheck::check_live`]); the answer is the
 //! plan rules' answer for the object as it was planned.
 //!
 //! A live object is not what the plugin wrote: the host stamped its metadata (labels, owner
@@ -19,17 +19,17 @@
 
 use std::collections::BTreeSet;
 
+use crate::observed::{BACKUP_SLOT_LABEL, ObservedObject};
 use serde_json::{Map, Value};
-use wasmop_core::observed::{BACKUP_SLOT_LABEL, ObservedObject};
 
-use super::{Owned, Policy, check_body, extra::Scope, fields};
-use crate::plugin::object::PluginObject;
+use super::{Owned, PlanPolicy, check_body, extra::Scope, fields};
+use crate::object::PluginObject;
 
 /// Why `object`, owned by the App `app` in `namespace`, breaks `policy`
 /// (`Kind/name: field: reason (rule)`), if it does; `observed` is what the host holds of the
 /// App, whose ServiceAccounts, claims and workloads stand for the plan's.
 pub fn violation(
-    policy: &Policy,
+    policy: &PlanPolicy,
     app: &str,
     namespace: &str,
     object: &ObservedObject,
@@ -125,7 +125,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::reconcile::pod_security::Level;
+    use crate::pod_security::Level;
 
     /// A Deployment as the API server holds it after the host applied it: stamped metadata,
     /// defaults, a status; its containers run privileged, which baseline allows.
@@ -156,15 +156,15 @@ mod tests {
 
     #[test]
     fn what_the_host_and_the_cluster_added_is_not_judged_but_the_plan_is() {
-        let baseline = Policy {
+        let baseline = PlanPolicy {
             pod_security: Level::Privileged,
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         assert_eq!(
             violation(&baseline, "kv", "ns", &live_privileged(), &[]),
             None
         );
-        let found = violation(&Policy::default(), "kv", "ns", &live_privileged(), &[])
+        let found = violation(&PlanPolicy::default(), "kv", "ns", &live_privileged(), &[])
             .expect("restricted forbids privileged containers");
         assert!(
             found.starts_with(
@@ -187,7 +187,10 @@ mod tests {
             "u-1",
         )
         .expect("a pod");
-        assert_eq!(violation(&Policy::default(), "kv", "ns", &pod, &[]), None);
+        assert_eq!(
+            violation(&PlanPolicy::default(), "kv", "ns", &pod, &[]),
+            None
+        );
         // What built-in admission writes into a Pod is not the plan's.
         let mut admitted = pod.clone();
         admitted.json["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
@@ -195,7 +198,7 @@ mod tests {
         admitted.json["spec"]["tolerations"] = json!([{"key": "node.kubernetes.io/unschedulable",
             "operator": "Exists", "effect": "NoSchedule"}]);
         assert_eq!(
-            violation(&Policy::default(), "kv", "ns", &admitted, &[]),
+            violation(&PlanPolicy::default(), "kv", "ns", &admitted, &[]),
             None
         );
 
@@ -209,6 +212,9 @@ mod tests {
             "u-1",
         )
         .expect("a job");
-        assert_eq!(violation(&Policy::default(), "kv", "ns", &job, &[]), None);
+        assert_eq!(
+            violation(&PlanPolicy::default(), "kv", "ns", &job, &[]),
+            None
+        );
     }
 }

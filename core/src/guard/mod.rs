@@ -1,15 +1,19 @@
-//! Guard: the host's check of everything a plugin asks it to create, before anything is
+//! Guard: the check of everything a plugin asks the host to create, before anything is
 //! applied. A plugin is untrusted code chosen by the App's author, so its objects are held to
-//! what the namespace's [`Policy`] allows: every object of an allowed kind, in the App's
+//! what the namespace's [`PlanPolicy`] allows: every object of an allowed kind, in the App's
 //! namespace, well named, unique and bounded in size, with no metadata the host owns
-//! ([`fields::metadata`]), no Service exposure or claim on existing volumes beyond the policy
-//! ([`fields`]), and every pod template within the policy's Pod Security Standards level and
-//! wasmop's own pod rules ([`pods`]: ServiceAccounts, scheduling, claim volumes, Secrets; a
-//! planned ServiceAccount lends no Secret either, [`secrets`], and takes no rights an RBAC
-//! binding holds for its name, [`grants`]), and the bodies of the extra kinds the host knows
-//! how to check ([`extra`]). A plan that breaks any rule is rejected whole, with an
+//! (`fields::metadata`), no Service exposure or claim on existing volumes beyond the policy
+//! (`fields`), and every pod template within the policy's Pod Security Standards level and
+//! wasmop's own pod rules (`pods`: ServiceAccounts, scheduling, claim volumes, Secrets; a
+//! planned ServiceAccount lends no Secret either, `secrets`, and takes no rights an RBAC
+//! binding holds for its name, `grants`), and the bodies of the extra kinds the guard knows
+//! how to check (`extra`). A plan that breaks any rule is rejected whole, with an
 //! error naming the object, the field and the rule. Backup Jobs go through [`check_job`], the
 //! same rules.
+//!
+//! These are the plan rules, pure: the host, `wasmop plugin run` and the SDK's `Fixture` run
+//! the same [`AppCheck`]. Where a plugin may come from (registries, ConfigMaps, signatures) is
+//! the host's source rules, beside its plugin sources.
 
 mod extra;
 mod fields;
@@ -24,7 +28,6 @@ mod volumes;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use wasmop_core::{Failure, PlanCheck};
 
 pub use self::{
     grants::{Bound, GRANTS_APP},
@@ -32,85 +35,47 @@ pub use self::{
     scheduling::Scheduling,
 };
 
-use wasmop_core::observed::BACKUP_SLOT_LABEL;
-
-use super::pod_security::Level;
-use crate::controller::kinds::{Kind, plannable};
-use crate::plugin::{
+use crate::{
+    Failure, PlanCheck,
+    kind::{Kind, plannable},
     object::PluginObject,
-    source::{OciRules, SourceRef, is_dns_subdomain, is_under, repository_of},
+    observed::BACKUP_SLOT_LABEL,
+    pod_security::Level,
 };
 
-/// What plugins may create in a namespace. [`Policy::default`] is the built-in default:
-/// `restricted`, no Secrets, ClusterIP Services only.
+/// What plugins may plan in a namespace: the plan rules of a policy. [`PlanPolicy::default`]
+/// is the built-in default: `restricted`, no Secrets, ClusterIP Services only.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
+pub struct PlanPolicy {
     /// The Pod Security Standards level every pod template must meet.
     pub pod_security: Level,
     /// Whether pods may use Secrets (volumes, `envFrom`, `secretKeyRef`, `imagePullSecrets`).
     pub allow_secrets: bool,
     /// Volume sources naming storage outside the namespace that pods may use
-    /// ([`volumes::INLINE_STORAGE`]); none by default.
+    /// (`volumes::INLINE_STORAGE`); none by default.
     pub inline_volumes: Vec<String>,
-    /// Where pods may be scheduled beyond the safe defaults ([`scheduling`]).
+    /// Where pods may be scheduled beyond the safe defaults ([`Scheduling`]).
     pub scheduling: Scheduling,
     /// Service types a plan may use (`ClusterIP` covers headless Services).
     pub service_types: Vec<String>,
     /// Kinds a plan may hold beyond [`plannable`].
     pub extra_kinds: Vec<Kind>,
     /// Hosts Ingresses may serve: exact names, `*.suffix` wildcards, or `*` for every host and
-    /// the catch-alls (see [`extra`]).
+    /// the catch-alls (see `extra`).
     pub ingress_hosts: Vec<String>,
     /// IngressClasses Ingresses may name (`None`: any, or none).
     pub ingress_classes: Option<Vec<String>>,
-    /// Where OCI plugins may come from: prefixes of `registry/repository` (`None`: anywhere).
-    pub registries: Option<Vec<String>>,
-    /// Whether plugins may come from ConfigMaps in the App's namespace.
-    pub config_map_sources: bool,
-    /// Whose credentials OCI plugins are read with, and whose signatures they need.
-    pub oci: OciRules,
-    /// The most PersistentVolumeClaims one App may hold ([`wasmop_core::claims`]).
+    /// The most PersistentVolumeClaims one App may hold ([`crate::claims`]).
     pub max_claims: usize,
     /// The most pods one workload field may ask for: replicas, parallelism, an autoscaler's
-    /// bounds ([`replicas`]).
+    /// bounds (`replicas`).
     pub max_replicas: usize,
     /// Whether objects an App runs that these rules forbid (applied under a laxer policy) are
-    /// deleted, not only reported ([`live`]).
+    /// deleted, not only reported (`live`).
     pub remove_violations: bool,
 }
 
-impl Policy {
-    /// Whether an App may load its plugin from `source`, or why not.
-    pub fn allows_source(&self, source: &SourceRef) -> Result<(), String> {
-        match source {
-            SourceRef::Oci(oci) => {
-                let Some(prefixes) = &self.registries else {
-                    return Ok(());
-                };
-                let repository = repository_of(&oci.reference)
-                    .ok_or_else(|| format!("invalid OCI reference {:?}", oci.reference))?;
-                if prefixes.iter().any(|p| is_under(&repository, p)) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{repository} is not under a registry the policy allows ({})",
-                        prefixes.join(", ")
-                    ))
-                }
-            }
-            // Only OCI artifacts carry signatures.
-            SourceRef::ConfigMap { .. } | SourceRef::File(_) if !self.oci.keys.is_empty() => Err(
-                "the policy requires plugins signed by one of its keys (spec.verify), \
-                     and only OCI images carry signatures"
-                    .into(),
-            ),
-            SourceRef::ConfigMap { .. } if !self.config_map_sources => {
-                Err("the policy does not allow plugins from ConfigMaps".into())
-            }
-            SourceRef::ConfigMap { .. } | SourceRef::File(_) => Ok(()),
-        }
-    }
-
+impl PlanPolicy {
     /// Every kind a plan may hold under this policy.
     pub fn kinds(&self) -> impl Iterator<Item = &Kind> {
         plannable().chain(&self.extra_kinds)
@@ -122,7 +87,7 @@ impl Policy {
     }
 }
 
-impl Default for Policy {
+impl Default for PlanPolicy {
     fn default() -> Self {
         Self {
             pod_security: Level::Restricted,
@@ -133,14 +98,24 @@ impl Default for Policy {
             extra_kinds: Vec::new(),
             ingress_hosts: Vec::new(),
             ingress_classes: None,
-            registries: None,
-            config_map_sources: true,
-            oci: OciRules::default(),
-            max_claims: wasmop_core::claims::DEFAULT_MAX_CLAIMS,
+            max_claims: crate::claims::DEFAULT_MAX_CLAIMS,
             max_replicas: DEFAULT_MAX_REPLICAS,
             remove_violations: false,
         }
     }
+}
+
+/// A Kubernetes object name of the DNS-subdomain kind (RFC 1123), as Secrets have.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 /// One broken rule inside an object.
@@ -162,8 +137,8 @@ pub const MAX_OBJECT_BYTES: usize = 512 << 10;
 /// The guard for one App under one policy, as the decision core's [`PlanCheck`].
 #[derive(Debug, Clone)]
 pub struct AppCheck {
-    /// The namespace's rules.
-    pub policy: Policy,
+    /// The namespace's plan rules.
+    pub policy: PlanPolicy,
     /// `PluginPolicy <name>` or `the built-in default policy`, for messages.
     pub policy_name: String,
     /// The App's name.
@@ -172,7 +147,7 @@ pub struct AppCheck {
     pub namespace: String,
     /// The plugin's declared `owns` kinds (`apiVersion/Kind`).
     pub owns: Vec<String>,
-    /// The namespace's ServiceAccounts that RBAC bindings name ([`grants`]).
+    /// The namespace's ServiceAccounts that RBAC bindings name (`grants`).
     pub bound: Bound,
 }
 
@@ -192,7 +167,7 @@ impl PlanCheck for AppCheck {
         })
         .map_err(|err| {
             Failure::new(
-                wasmop_core::conditions::reason::PLAN_REJECTED,
+                crate::conditions::reason::PLAN_REJECTED,
                 format!("{err} (under {})", self.policy_name),
             )
         })
@@ -209,7 +184,7 @@ impl PlanCheck for AppCheck {
             .and_then(|()| check_job(&self.policy, &self.app, slot, job, accounts, claims))
             .map_err(|err| {
                 Failure::new(
-                    wasmop_core::conditions::reason::PLAN_REJECTED,
+                    crate::conditions::reason::PLAN_REJECTED,
                     format!("{err} (under {})", self.policy_name),
                 )
             })
@@ -225,8 +200,8 @@ impl PlanCheck for AppCheck {
 
     fn check_live(
         &self,
-        object: &wasmop_core::observed::ObservedObject,
-        observed: &[wasmop_core::observed::ObservedObject],
+        object: &crate::observed::ObservedObject,
+        observed: &[crate::observed::ObservedObject],
     ) -> Option<String> {
         let account = object.api_version == "v1" && object.kind == "ServiceAccount";
         account
@@ -279,7 +254,7 @@ fn pod_template_path(api_version: &str, kind: &str) -> Option<&'static str> {
 }
 
 /// Whether the guard checks the body of objects of `kind` beyond their metadata: the kinds of
-/// [`extra`]'s table, the pod-bearing kinds (their pod templates) and `Secret` (its type). A
+/// `extra`'s table, the pod-bearing kinds (their pod templates) and `Secret` (its type). A
 /// policy's status names the extra kinds it adds that are none of these.
 pub fn checks_body(kind: &Kind) -> bool {
     let api_version = kind.api_version();
@@ -327,7 +302,7 @@ impl Owned {
 /// `owned` is what the App's pods may use (ServiceAccounts, claims); `scope` is what
 /// [`extra`]'s checks read of the App and its plan.
 fn check_body(
-    policy: &Policy,
+    policy: &PlanPolicy,
     host_labels: &[(&str, &str)],
     object: &PluginObject,
     owned: &Owned,
@@ -458,7 +433,7 @@ fn check_body(
 /// created) and mount the claims in `claims` (those labelled with the App or planned), and it
 /// may carry the slot's label.
 pub fn check_job(
-    policy: &Policy,
+    policy: &PlanPolicy,
     app: &str,
     slot: &str,
     job: &PluginObject,
@@ -504,7 +479,7 @@ pub fn check_job(
 /// are the kinds (`apiVersion/kind`) the plugin's metadata declares it plans, and a plan may
 /// hold no other.
 pub fn check(
-    policy: &Policy,
+    policy: &PlanPolicy,
     app: &str,
     namespace: &str,
     owns: &[String],
@@ -645,10 +620,10 @@ mod tests {
     #[test]
     fn a_plan_holds_only_the_kinds_the_plugin_declares() {
         let owns = vec!["v1/ConfigMap".to_string()];
-        check(&Policy::default(), "kv", "ns", &owns, vec![cm("a")]).expect("declared");
+        check(&PlanPolicy::default(), "kv", "ns", &owns, vec![cm("a")]).expect("declared");
         let sa =
             obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "s"}}));
-        let err = check(&Policy::default(), "kv", "ns", &owns, vec![cm("a"), sa])
+        let err = check(&PlanPolicy::default(), "kv", "ns", &owns, vec![cm("a"), sa])
             .expect_err("undeclared");
         assert_eq!(err.rule, "wasmop/owns");
         assert!(err.to_string().contains("ServiceAccount/s: v1/ServiceAccount is not in the plugin's metadata.owns (v1/ConfigMap)"), "{err}");
@@ -666,7 +641,7 @@ mod tests {
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}}),
             ),
         ];
-        let guarded = check(&Policy::default(), "kv", "ns", &all(), plan).expect("passes");
+        let guarded = check(&PlanPolicy::default(), "kv", "ns", &all(), plan).expect("passes");
         assert_eq!(guarded.len(), 2);
         assert_eq!(guarded[0].object.metadata()["namespace"], "ns");
         assert_eq!(guarded[1].kind.plural, "statefulsets");
@@ -718,7 +693,7 @@ mod tests {
         ];
         for (object, name, reason) in cases {
             let err = check(
-                &Policy::default(),
+                &PlanPolicy::default(),
                 "kv",
                 "ns",
                 &all(),
@@ -729,7 +704,7 @@ mod tests {
             assert!(err.reason.contains(reason), "{err}");
         }
         let err = check(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "ns",
             &all(),
@@ -738,7 +713,7 @@ mod tests {
         .expect_err("duplicate");
         assert_eq!(err.to_string(), "plan rejected: ConfigMap/a: planned twice");
         let err = check(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "ns",
             &all(),
@@ -772,7 +747,7 @@ mod tests {
     /// The rows of the trust-boundary table (issue 21), each refused with its field and rule.
     #[test]
     fn what_an_attacker_plans_is_refused_with_field_and_rule() {
-        let policy = Policy::default();
+        let policy = PlanPolicy::default();
         check(
             &policy,
             "kv",
@@ -894,15 +869,15 @@ mod tests {
             t["spec"]["automountServiceAccountToken"] = json!(true);
         });
         check(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "ns",
             &all(),
             vec![sa, uses.clone()],
         )
         .expect("own SA");
-        let err =
-            check(&Policy::default(), "kv", "ns", &all(), vec![uses]).expect_err("SA not planned");
+        let err = check(&PlanPolicy::default(), "kv", "ns", &all(), vec![uses])
+            .expect_err("SA not planned");
         assert_eq!(err.rule, "wasmop/serviceAccount");
 
         let job = |security_context: Value| {
@@ -917,78 +892,25 @@ mod tests {
         };
         let fine = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
         let none = BTreeSet::new();
-        check_job(&Policy::default(), "kv", "s1", &job(fine), &none, &none).expect("fine");
+        check_job(&PlanPolicy::default(), "kv", "s1", &job(fine), &none, &none).expect("fine");
         let root = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0});
-        let err =
-            check_job(&Policy::default(), "kv", "s1", &job(root), &none, &none).expect_err("root");
+        let err = check_job(&PlanPolicy::default(), "kv", "s1", &job(root), &none, &none)
+            .expect_err("root");
         assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
         let cm = cm("not-a-job");
-        assert!(check_job(&Policy::default(), "kv", "s1", &cm, &none, &none).is_err());
-    }
-
-    #[test]
-    fn sources_are_held_to_the_policy_registries_on_path_boundaries() {
-        use crate::plugin::source::OciRef;
-        let policy = Policy {
-            registries: Some(vec![
-                "ghcr.io/acme".into(),
-                "127.0.0.1:15000/plugins/".into(),
-            ]),
-            config_map_sources: false,
-            ..Policy::default()
-        };
-        let oci = |r: &str| SourceRef::Oci(OciRef::anonymous(r));
-        assert!(policy.allows_source(&oci("ghcr.io/acme/cache:1")).is_ok());
-        assert!(policy.allows_source(&oci("ghcr.io/acme/team/db@sha256:0000000000000000000000000000000000000000000000000000000000000000")).is_ok());
-        assert!(
-            policy
-                .allows_source(&oci("127.0.0.1:15000/plugins/kvstore:1.0"))
-                .is_ok()
-        );
-        let err = policy
-            .allows_source(&oci("ghcr.io/acme-evil/cache:1"))
-            .expect_err("not on a boundary");
-        assert!(
-            err.contains("ghcr.io/acme-evil/cache is not under"),
-            "{err}"
-        );
-        assert!(policy.allows_source(&oci("docker.io/library/x:1")).is_err());
-        let cm = SourceRef::ConfigMap {
-            namespace: "ns".into(),
-            name: "p".into(),
-            key: "plugin.wasm".into(),
-        };
-        assert!(policy.allows_source(&cm).is_err());
-        assert!(Policy::default().allows_source(&cm).is_ok());
-        assert!(
-            Policy::default()
-                .allows_source(&oci("anything.example/x:1"))
-                .is_ok()
-        );
-        // A policy that wants signatures takes only what can carry one.
-        let signed = Policy {
-            oci: OciRules {
-                keys: vec![crate::plugin::source::TrustedKey {
-                    name: "release".into(),
-                    pem: String::new(),
-                }],
-                ..OciRules::default()
-            },
-            ..Policy::default()
-        };
-        let err = signed.allows_source(&cm).expect_err("unsigned by nature");
-        assert!(err.contains("spec.verify"), "{err}");
-        assert!(signed.allows_source(&oci("ghcr.io/acme/x:1")).is_ok());
+        assert!(check_job(&PlanPolicy::default(), "kv", "s1", &cm, &none, &none).is_err());
     }
 
     /// A policy adding `kinds` (`(group, version, kind, plural)`).
-    fn with_extra(kinds: &[(&'static str, &'static str, &'static str, &'static str)]) -> Policy {
-        Policy {
+    fn with_extra(
+        kinds: &[(&'static str, &'static str, &'static str, &'static str)],
+    ) -> PlanPolicy {
+        PlanPolicy {
             extra_kinds: kinds
                 .iter()
                 .map(|(g, v, k, p)| Kind::builtin(g, v, k, p))
                 .collect(),
-            ..Policy::default()
+            ..PlanPolicy::default()
         }
     }
 
@@ -1043,8 +965,14 @@ mod tests {
             "v1/Pod".into(),
             "v1/Secret".into(),
         ];
-        let err = check(&Policy::default(), "kv", "ns", &owns, vec![netpol.clone()])
-            .expect_err("not built in");
+        let err = check(
+            &PlanPolicy::default(),
+            "kv",
+            "ns",
+            &owns,
+            vec![netpol.clone()],
+        )
+        .expect_err("not built in");
         assert!(err.to_string().contains("is not an allowed kind"), "{err}");
         let policy = with_extra(&[
             (
@@ -1120,7 +1048,7 @@ mod tests {
     /// is looked up among the plan's own workloads).
     #[test]
     fn extra_kinds_bodies_are_held_to_the_policy_through_the_plan() {
-        let policy = Policy {
+        let policy = PlanPolicy {
             ingress_hosts: vec!["kv.example.com".into()],
             ..with_extra(&[
                 ("networking.k8s.io", "v1", "Ingress", "ingresses"),
@@ -1207,7 +1135,7 @@ mod tests {
             assert!(err.to_string().starts_with(message), "{err}");
         }
         // The same Ingress is refused by default: no host is listed.
-        let default = Policy {
+        let default = PlanPolicy {
             ingress_hosts: Vec::new(),
             ..policy.clone()
         };
@@ -1241,9 +1169,9 @@ mod tests {
     /// rule, "Kind/name: path")`. Every pod here passes `restricted` but for the attack.
     #[test]
     fn issue_38_what_an_attacker_plans_is_refused_with_field_and_rule() {
-        let baseline = Policy {
+        let baseline = PlanPolicy {
             pod_security: Level::Baseline,
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         let pods = with_extra(&[("", "v1", "Pod", "pods")]);
         let volume = |source: Value| {
@@ -1263,8 +1191,8 @@ mod tests {
                 field: [{"name": "team-b-registry"}]}),
             )
         };
-        let d = Policy::default;
-        let cases: Vec<(Policy, PluginObject, &str, &str)> = vec![
+        let d = PlanPolicy::default;
+        let cases: Vec<(PlanPolicy, PluginObject, &str, &str)> = vec![
             (
                 d(),
                 ephemeral(json!({"spec": {"volumeName": "any-pv", "storageClassName": ""}})),
@@ -1653,7 +1581,7 @@ mod tests {
                 true,
             ),
         ];
-        let open = Policy {
+        let open = PlanPolicy {
             max_replicas: 1000,
             scheduling: Scheduling {
                 cross_namespace_affinity: true,
@@ -1706,7 +1634,7 @@ mod tests {
         let none = BTreeSet::new();
         let job = |spec: Value| workload("batch/v1", "Job", spec);
         let err = check_job(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "s1",
             &job(json!({"parallelism": 65})),
@@ -1719,8 +1647,15 @@ mod tests {
         named["spec"]["template"]["spec"]["affinity"] = json!({"podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname", "namespaces": ["ns"]}]}});
-        let err = check_job(&Policy::default(), "kv", "s1", &obj(named), &none, &none)
-            .expect_err("namespaces");
+        let err = check_job(
+            &PlanPolicy::default(),
+            "kv",
+            "s1",
+            &obj(named),
+            &none,
+            &none,
+        )
+        .expect_err("namespaces");
         assert_eq!(err.rule, "wasmop/podAffinityNamespaces", "{err}");
     }
 
@@ -1751,7 +1686,7 @@ mod tests {
         let claims = BTreeSet::from(["kv-backups".to_string()]);
         let run = |volume: Value| {
             check_job(
-                &Policy::default(),
+                &PlanPolicy::default(),
                 "kv",
                 "s1",
                 &job(volume),
@@ -1801,7 +1736,7 @@ mod tests {
             })
         };
         check(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "ns",
             &all(),
@@ -1812,7 +1747,7 @@ mod tests {
         // `data-billing-kv-0` is template `data-billing` of the set `kv`).
         for name in ["data-kv-0", "data-billing-kv-0"] {
             let err = check(
-                &Policy::default(),
+                &PlanPolicy::default(),
                 "kv",
                 "ns",
                 &all(),
@@ -1822,7 +1757,7 @@ mod tests {
             assert_eq!(err.rule, "wasmop/claimSource", "{err}");
         }
         let err = check(
-            &Policy::default(),
+            &PlanPolicy::default(),
             "kv",
             "ns",
             &all(),
@@ -1846,9 +1781,15 @@ mod tests {
             t["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}]}});
         });
-        check(&Policy::default(), "kv", "ns", &all(), vec![pinned.clone()])
-            .expect_err("by default");
-        let open = Policy {
+        check(
+            &PlanPolicy::default(),
+            "kv",
+            "ns",
+            &all(),
+            vec![pinned.clone()],
+        )
+        .expect_err("by default");
+        let open = PlanPolicy {
             scheduling: Scheduling {
                 priority_classes: Some(vec!["system-cluster-critical".into()]),
                 tolerations: vec!["node-role.kubernetes.io/control-plane".into()],
@@ -1857,7 +1798,7 @@ mod tests {
                 schedulers: vec!["volcano".into()],
                 cross_namespace_affinity: true,
             },
-            ..Policy::default()
+            ..PlanPolicy::default()
         };
         check(&open, "kv", "ns", &all(), vec![pinned]).expect("the policy lists each");
     }
@@ -1866,7 +1807,7 @@ mod tests {
     /// allowed AppArmor annotation passes too, and its metadata is still checked as `metadata`.
     #[test]
     fn allowed_secrets_and_a_bare_pods_metadata() {
-        let open = Policy {
+        let open = PlanPolicy {
             allow_secrets: true,
             ..with_extra(&[("", "v1", "Pod", "pods")])
         };

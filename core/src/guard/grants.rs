@@ -22,11 +22,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject};
-use kube::ResourceExt;
+use k8s_openapi::{
+    api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 
 use super::GuardError;
-use crate::plugin::object::PluginObject;
+use crate::object::PluginObject;
 
 /// The annotation on a RoleBinding or ClusterRoleBinding that grants its rights to the
 /// ServiceAccounts of one App (`<namespace>/<app>`), which may then plan them.
@@ -57,7 +59,7 @@ impl Bound {
         app: &str,
     ) -> Self {
         let grantee = format!("{namespace}/{app}");
-        let for_app = |meta: &kube::api::ObjectMeta| {
+        let for_app = |meta: &ObjectMeta| {
             meta.annotations
                 .as_ref()
                 .and_then(|a| a.get(GRANTS_APP))
@@ -82,10 +84,10 @@ impl Bound {
             if for_app(&binding.metadata) {
                 continue;
             }
-            let home = binding.namespace().unwrap_or_default();
+            let home = binding.metadata.namespace.clone().unwrap_or_default();
             let foreign = home != namespace;
             let words = || match foreign {
-                false => format!("RoleBinding {}", binding.name_any()),
+                false => format!("RoleBinding {}", name_any(&binding.metadata)),
                 true => "a RoleBinding of another namespace".to_string(),
             };
             for name in accounts(binding.subjects.as_deref(), &home, namespace) {
@@ -121,6 +123,15 @@ impl Bound {
             }
         }
     }
+}
+
+/// The object's name, or its `generateName` (`kube::ResourceExt::name_any`, without kube).
+fn name_any(metadata: &ObjectMeta) -> String {
+    metadata
+        .name
+        .clone()
+        .or_else(|| metadata.generate_name.clone())
+        .unwrap_or_default()
 }
 
 /// The names of the ServiceAccounts of `namespace` among `subjects` of a binding in `home`
