@@ -156,7 +156,7 @@ pub const MAX_CONDITIONS: usize = 16;
 
 /// Condition types the host writes itself ([`crate::decide()`]); a plugin's own conditions must
 /// use other names.
-pub const RESERVED_CONDITIONS: [&str; 5] = crate::conditions::HOST_TYPES;
+pub const RESERVED_CONDITIONS: [&str; 8] = crate::conditions::HOST_TYPES;
 
 /// Longest condition type or reason: Kubernetes' `Condition.reason` allows 1024, its
 /// `Condition.type` 316; a word for people needs far less.

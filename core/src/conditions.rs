@@ -13,13 +13,26 @@ pub const DEGRADED: &str = "Degraded";
 /// `UpgradeGated`: the plugin's upgrade gate holds a version step.
 pub const UPGRADE_GATED: &str = "UpgradeGated";
 
+/// `Ready`: the spec is realised: serving, available, settled ([`crate::kstatus`]).
+pub const READY: &str = "Ready";
+/// `Reconciling`: not Ready yet, and getting there (kstatus' `InProgress`).
+pub const RECONCILING: &str = "Reconciling";
+/// `Stalled`: not Ready, and not getting there without a change (kstatus' `Failed`).
+pub const STALLED: &str = "Stalled";
+
+/// The summary conditions, derived from the others ([`crate::kstatus::summary`]).
+pub const SUMMARY_TYPES: [&str; 3] = [READY, RECONCILING, STALLED];
+
 /// Every condition type the host writes.
-pub const HOST_TYPES: [&str; 5] = [
+pub const HOST_TYPES: [&str; 8] = [
     PLUGIN_READY,
     AVAILABLE,
     PROGRESSING,
     DEGRADED,
     UPGRADE_GATED,
+    READY,
+    RECONCILING,
+    STALLED,
 ];
 
 /// Failure reasons the decision treats apart from the rest.

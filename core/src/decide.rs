@@ -30,7 +30,9 @@ use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 
-use crate::conditions::{AVAILABLE, DEGRADED, PLUGIN_READY, PROGRESSING, UPGRADE_GATED, reason};
+use crate::conditions::{
+    AVAILABLE, DEGRADED, PLUGIN_READY, PROGRESSING, SUMMARY_TYPES, UPGRADE_GATED, reason,
+};
 use crate::{
     answers::GateDecision,
     backup::{self, ScheduleCall},
@@ -680,9 +682,19 @@ fn finish(
             new.loaded_at.clone_from(&old.loaded_at);
         }
     }
+    // The summary conditions are derived from the rest: dropped before the Event (which
+    // names the conditions they come from) and made anew after it.
+    conditions.retain(|c| !SUMMARY_TYPES.contains(&c.type_.as_str()));
     if let Some(event) = transitions_event(&previous.conditions, &conditions) {
         events.push(event);
     }
+    let summary = crate::kstatus::summary(&conditions);
+    conditions.extend(merge_conditions(
+        &previous.conditions,
+        summary.into(),
+        snapshot.app.generation,
+        snapshot.now,
+    ));
     let status = AppStatus {
         observed_generation: snapshot.app.generation,
         phase: outcome

@@ -16,6 +16,7 @@ pub mod deletion;
 pub mod guard;
 pub mod health;
 pub mod kind;
+pub mod kstatus;
 pub mod object;
 pub mod observed;
 pub mod pod_security;

@@ -24,8 +24,8 @@ pub struct AppStatus {
     /// The plugin version currently serving this App.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<PluginStatus>,
-    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated, and
-    /// the plugin's own.
+    /// Standard conditions: PluginReady, Available, Progressing, Degraded, UpgradeGated; the
+    /// summary as kstatus reads it (Ready, Reconciling, Stalled); and the plugin's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The most recent backup the host started.

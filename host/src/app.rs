@@ -17,7 +17,7 @@ pub use wasmop_core::status::{AppStatus, BackupStatus, PluginStatus, UpgradeStat
     status = "AppStatus",
     shortname = "wapp",
     category = "wasmop",
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
     printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.plugin.shortDigest"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

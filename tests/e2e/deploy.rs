@@ -19,7 +19,7 @@ use wasmop_host::app::App;
 
 use crate::{
     apps::{Host, app, create_one_replica_app, push_kvstore, ready_at, wait_app},
-    harness::{Local, TestNamespace, free_port, unique, wait_for},
+    harness::{Local, TestNamespace, free_port, kubectl, unique, wait_for},
 };
 
 /// A copy of the local kubeconfig that acts as `account` (`--as`), so that a host started with it
@@ -37,17 +37,6 @@ fn impersonating_kubeconfig(local: &Local, account: &str) -> anyhow::Result<std:
     let path = std::env::temp_dir().join(unique("wasmop-impersonating-kubeconfig"));
     std::fs::write(&path, impersonating)?;
     Ok(path)
-}
-
-fn kubectl(local: &Local) -> anyhow::Result<Command> {
-    let env = std::fs::read_to_string(local.kubeconfig.with_file_name("env"))?;
-    let path = env
-        .lines()
-        .find_map(|l| l.strip_prefix("export WASMOP_KUBECTL="))
-        .ok_or_else(|| anyhow::anyhow!("WASMOP_KUBECTL missing from the env file"))?;
-    let mut command = Command::new(path);
-    command.arg("--kubeconfig").arg(&local.kubeconfig);
-    Ok(command)
 }
 
 /// The image deploy/local/image.sh pushed and deploy/local/kustomization.yaml installs.

@@ -146,6 +146,19 @@ impl Local {
     }
 }
 
+/// The local cluster's `kubectl` (its path from the state's env file), for `local`'s
+/// kubeconfig.
+pub fn kubectl(local: &Local) -> anyhow::Result<std::process::Command> {
+    let env = std::fs::read_to_string(local.kubeconfig.with_file_name("env"))?;
+    let path = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export WASMOP_KUBECTL="))
+        .context("WASMOP_KUBECTL missing from the env file")?;
+    let mut command = std::process::Command::new(path);
+    command.arg("--kubeconfig").arg(&local.kubeconfig);
+    Ok(command)
+}
+
 /// A name unique to this test run, lower-case and DNS-safe.
 pub fn unique(prefix: &str) -> String {
     let nanos = SystemTime::now()

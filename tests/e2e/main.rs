@@ -21,6 +21,7 @@ mod host;
 mod interop;
 mod isolation;
 mod journey;
+mod kstatus;
 mod plugin_sources;
 mod policy;
 mod pull_secrets;

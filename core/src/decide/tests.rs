@@ -235,8 +235,19 @@ fn a_new_app_applies_its_plan_stamped_and_is_ready() {
     assert_eq!(d.status.version.as_deref(), Some("1.0"));
     assert_eq!(d.status.observed_generation, Some(3));
     assert_eq!(condition(&d.status, "PluginReady"), ("True", "Loaded"));
+    // What kstatus and `kubectl wait --for=condition=Ready` read.
+    assert_eq!(condition(&d.status, "Ready"), ("True", "Available"));
+    assert_eq!(condition(&d.status, "Reconciling").0, "False");
+    assert_eq!(condition(&d.status, "Stalled").0, "False");
     assert_eq!(d.requeue, Requeue::After(RESYNC));
     assert!(d.events.iter().any(|e| e.reason == "RolledOut"));
+    assert!(
+        d.events
+            .iter()
+            .all(|e| !e.note.contains("Ready=") && !e.note.contains("Stalled=")),
+        "the summary conditions are not news of their own: {:?}",
+        d.events
+    );
 }
 
 #[test]
@@ -368,6 +379,10 @@ fn a_failing_plugin_or_a_rejected_plan_writes_nothing_and_keeps_what_was_known()
             "True",
             "other conditions stay"
         );
+        // Not Ready, and not getting there without a change: kstatus' Failed.
+        assert_eq!(condition(&d.status, "Ready").0, "False");
+        assert_eq!(condition(&d.status, "Stalled").0, "True");
+        assert_eq!(condition(&d.status, "Reconciling").0, "False");
     }
 }
 
