@@ -42,6 +42,8 @@ cargo build --locked --release -p wasmop-host -p wasmop-bench
 echo "==> the local cluster with $nodes nodes"
 deploy/local/cluster.sh up --nodes "$nodes"
 source "$WASMOP_LOCAL_STATE/env"
+# The bare variant creates Apps before any host has installed the CRDs.
+"$WASMOP_KUBECTL" apply --server-side -k deploy/crds/ >/dev/null
 
 # One client certificate per variant, signed by the local CA, in system:masters like the
 # admin: the host's own RBAC is not what is measured; the names tell the audit log apart.
