@@ -19,7 +19,11 @@
 //!   it and its reason are CamelCase words of at most [`MAX_WORD_BYTES`];
 //! - backup slots are DNS-label-safe, at most [`MAX_SLOT_BYTES`];
 //! - metadata's name, version and description are bounded ([`MAX_NAME_BYTES`],
-//!   [`MAX_VERSION_BYTES`], [`MAX_DESCRIPTION_BYTES`]).
+//!   [`MAX_VERSION_BYTES`], [`MAX_DESCRIPTION_BYTES`]);
+//! - metadata's configuration schema can be a CustomResourceDefinition's ([`config_schema`]:
+//!   bounded JSON, an object, structural once rewritten by [`crate::structural`]), and its
+//!   printer columns are at most [`MAX_PRINTER_COLUMNS`], with distinct names that are not the
+//!   host's ([`RESERVED_COLUMNS`]) and JSONPaths starting with `.` ([`check_printer_columns`]).
 //!
 //! What the host writes of an answer into status is bounded again there
 //! ([`crate::status::bounded`]); that is a limit on status, not a rule on answers.
@@ -41,6 +45,74 @@ pub struct PluginMetadata {
     pub owns: Vec<String>,
     /// Further kinds it wants to observe.
     pub observes: Vec<String>,
+    /// The schema of its configuration, made structural by [`config_schema`] (what a
+    /// CustomResourceDefinition's `spec` takes); `None` when the plugin declares none (a
+    /// `wasmop:plugin@0.1.0` plugin, or a free-form configuration).
+    pub config_schema: Option<serde_json::Value>,
+    /// Columns `kubectl get` shows for a kind bound to the plugin.
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// The type of a printer column's values, as a CustomResourceDefinition's
+/// `additionalPrinterColumns[].type`. In WIT order (`metadata.column-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    /// A whole number.
+    Integer,
+    /// Any number.
+    Number,
+    /// Text.
+    String,
+    /// `true` or `false`.
+    Boolean,
+    /// An RFC 3339 time, shown as an age.
+    Date,
+}
+
+impl ColumnType {
+    /// Every type, in WIT order.
+    pub const ALL: [ColumnType; 5] = [
+        Self::Integer,
+        Self::Number,
+        Self::String,
+        Self::Boolean,
+        Self::Date,
+    ];
+
+    /// The type at `index` of the WIT enum `metadata.column-type` (a generated binding's
+    /// discriminant).
+    pub fn from_wit_index(index: usize) -> Option<Self> {
+        Self::ALL.get(index).copied()
+    }
+
+    /// As a CRD writes it: `integer`, `number`, `string`, `boolean`, `date`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Integer => "integer",
+            Self::Number => "number",
+            Self::String => "string",
+            Self::Boolean => "boolean",
+            Self::Date => "date",
+        }
+    }
+}
+
+/// One column of `kubectl get` for a kind bound to the plugin; serializes as a CRD's
+/// `additionalPrinterColumns` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrinterColumn {
+    /// The heading, e.g. `Replicas`.
+    pub name: String,
+    /// The type of its values.
+    #[serde(rename = "type")]
+    pub type_: ColumnType,
+    /// Where in the instance its value is, e.g. `.spec.replicas`.
+    pub json_path: String,
+    /// One line for people; empty for none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
 }
 
 /// The objects a plugin wants to exist.
@@ -174,6 +246,19 @@ pub const MAX_VERSION_BYTES: usize = 64;
 /// Longest plugin description.
 pub const MAX_DESCRIPTION_BYTES: usize = 1024;
 
+/// Most printer columns a plugin may declare. The host adds three (Ready, Version, Age), and a
+/// `kubectl get` wider than about ten columns no longer fits a terminal.
+pub const MAX_PRINTER_COLUMNS: usize = 8;
+/// Longest printer column name.
+pub const MAX_COLUMN_NAME_BYTES: usize = 32;
+/// Longest printer column JSONPath.
+pub const MAX_JSON_PATH_BYTES: usize = 256;
+/// Longest printer column description.
+pub const MAX_COLUMN_DESCRIPTION_BYTES: usize = 256;
+/// Printer columns every CRD `wasmop plugin crd` makes has already; a plugin's must be named
+/// otherwise.
+pub const RESERVED_COLUMNS: [&str; 3] = ["Ready", "Version", "Age"];
+
 /// Why the host refuses a plugin's answer (as [`BAD_OUTPUT`]): the variant is the rule broken,
 /// [`AnswerError::field`] the field of the answer at fault (as the WIT names it). The message is
 /// the host's, word for word, wherever the answer is checked.
@@ -275,6 +360,25 @@ pub enum AnswerError {
         /// The name as returned.
         name: String,
     },
+    /// A configuration schema that is no bounded JSON object schema or cannot be made
+    /// structural ([`crate::structural`]).
+    #[error("metadata config-schema: {reason}")]
+    BadConfigSchema {
+        /// `config-schema`.
+        field: String,
+        /// The rule it breaks, and where.
+        reason: String,
+    },
+    /// A printer column that breaks one of [`check_printer_columns`]' rules.
+    #[error("metadata printer column {name:?}: {reason}")]
+    BadPrinterColumn {
+        /// e.g. `printer-columns[2]`, or `printer-columns` for their count.
+        field: String,
+        /// The column's name as returned.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
 }
 
 impl AnswerError {
@@ -291,7 +395,9 @@ impl AnswerError {
             | Self::ConditionTypeTaken { field, .. }
             | Self::NotCamelCase { field, .. }
             | Self::MetadataTooLong { field, .. }
-            | Self::BadName { field, .. } => field,
+            | Self::BadName { field, .. }
+            | Self::BadConfigSchema { field, .. }
+            | Self::BadPrinterColumn { field, .. } => field,
         }
     }
 }
@@ -322,6 +428,111 @@ pub fn check_metadata(metadata: &PluginMetadata) -> Result<(), AnswerError> {
             field: "name".into(),
             name: metadata.name.clone(),
         });
+    }
+    check_printer_columns(&metadata.printer_columns)
+}
+
+/// The configuration schema `metadata.get` returned as JSON text (`config-schema`), made
+/// structural ([`crate::structural::plugin_config`]): `None` stays `None`.
+pub fn config_schema(text: Option<&str>) -> Result<Option<serde_json::Value>, AnswerError> {
+    text.map(|text| {
+        crate::structural::plugin_config(text).map_err(|err| AnswerError::BadConfigSchema {
+            field: "config-schema".into(),
+            reason: err.to_string(),
+        })
+    })
+    .transpose()
+}
+
+/// Checks a plugin's printer columns: at most [`MAX_PRINTER_COLUMNS`]; each named by 1 to
+/// [`MAX_COLUMN_NAME_BYTES`] printable characters, none named twice nor as one of the host's
+/// ([`RESERVED_COLUMNS`]); each JSONPath 2 to [`MAX_JSON_PATH_BYTES`] characters starting with
+/// `.`, its brackets, parentheses and quotes balanced, without `{`/`}` (a template, not a path)
+/// or control characters; descriptions at most [`MAX_COLUMN_DESCRIPTION_BYTES`].
+pub fn check_printer_columns(columns: &[PrinterColumn]) -> Result<(), AnswerError> {
+    if columns.len() > MAX_PRINTER_COLUMNS {
+        return Err(AnswerError::BadPrinterColumn {
+            field: "printer-columns".into(),
+            name: columns[MAX_PRINTER_COLUMNS].name.clone(),
+            reason: format!(
+                "{} columns; at most {MAX_PRINTER_COLUMNS} (the host adds Ready, Version and Age)",
+                columns.len()
+            ),
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for (index, column) in columns.iter().enumerate() {
+        let bad = |reason: String| AnswerError::BadPrinterColumn {
+            field: format!("printer-columns[{index}]"),
+            name: column.name.clone(),
+            reason,
+        };
+        let name = &column.name;
+        if name.trim().is_empty()
+            || name.len() > MAX_COLUMN_NAME_BYTES
+            || name.chars().any(char::is_control)
+        {
+            return Err(bad(format!(
+                "a name must be 1 to {MAX_COLUMN_NAME_BYTES} printable characters"
+            )));
+        }
+        if RESERVED_COLUMNS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(name))
+        {
+            return Err(bad(format!(
+                "the host's own columns are {}; name it otherwise",
+                RESERVED_COLUMNS.join(", ")
+            )));
+        }
+        if !seen.insert(name.to_ascii_lowercase()) {
+            return Err(bad("another column has this name".into()));
+        }
+        if let Err(reason) = check_json_path(&column.json_path) {
+            return Err(bad(format!("JSONPath {:?} {reason}", column.json_path)));
+        }
+        if column.description.len() > MAX_COLUMN_DESCRIPTION_BYTES {
+            return Err(bad(format!(
+                "a description of {} bytes; at most {MAX_COLUMN_DESCRIPTION_BYTES}",
+                column.description.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A printer column's JSONPath as the API server takes one (relative to the object, e.g.
+/// `.spec.replicas` or `.status.conditions[?(@.type=="Ready")].status`): the shape checked
+/// here, the grammar by the API server when the CRD is applied.
+fn check_json_path(path: &str) -> Result<(), String> {
+    if path.len() < 2 || path.len() > MAX_JSON_PATH_BYTES {
+        return Err(format!("must be 2 to {MAX_JSON_PATH_BYTES} characters"));
+    }
+    if !path.starts_with('.') {
+        return Err("must start with `.` (relative to the object, e.g. `.spec.replicas`)".into());
+    }
+    if path.chars().any(|c| c.is_control() || c == '{' || c == '}') {
+        return Err("must not hold braces or control characters".into());
+    }
+    let mut open = Vec::new();
+    let mut quote = None;
+    for c in path.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '[' | '(') => open.push(c),
+            (None, ']') if open.pop() == Some('[') => {}
+            (None, ')') if open.pop() == Some('(') => {}
+            (None, ']' | ')') => return Err(format!("closes a `{c}` it did not open")),
+            (None, c) if c.is_whitespace() && open.is_empty() => {
+                return Err("must not hold spaces outside brackets".into());
+            }
+            _ => {}
+        }
+    }
+    if quote.is_some() || !open.is_empty() {
+        return Err("leaves a bracket, parenthesis or quote open".into());
     }
     Ok(())
 }
@@ -540,6 +751,17 @@ mod tests {
             description: "A key-value store".into(),
             owns: vec!["apps/v1/StatefulSet".into()],
             observes: vec!["v1/Pod".into()],
+            config_schema: None,
+            printer_columns: vec![column("Replicas", ".spec.replicas")],
+        }
+    }
+
+    fn column(name: &str, json_path: &str) -> PrinterColumn {
+        PrinterColumn {
+            name: name.into(),
+            type_: ColumnType::Integer,
+            json_path: json_path.into(),
+            description: String::new(),
         }
     }
 
@@ -639,6 +861,130 @@ mod tests {
                 ),
             ),
         ]);
+    }
+
+    #[test]
+    fn printer_columns_are_few_distinct_and_relative() {
+        let with = |columns: Vec<PrinterColumn>| {
+            let mut m = metadata();
+            m.printer_columns = columns;
+            check_metadata(&m)
+        };
+        let at = |i: usize, name: &str, reason: &str| {
+            bad(
+                &format!("printer-columns[{i}]"),
+                format!("metadata printer column {name:?}: {reason}"),
+            )
+        };
+        let conditions = r#".status.conditions[?(@.type=="Ready")].reason"#;
+        assert_cases(vec![
+            ("none", with(vec![]), None),
+            (
+                "a filter",
+                with(vec![
+                    column("Replicas", ".spec.replicas"),
+                    column("Why", conditions),
+                ]),
+                None,
+            ),
+            (
+                "nine",
+                with(
+                    (0..9)
+                        .map(|i| column(&format!("C{i}"), ".spec.a"))
+                        .collect(),
+                ),
+                bad(
+                    "printer-columns",
+                    r#"metadata printer column "C8": 9 columns; at most 8 (the host adds Ready, Version and Age)"#,
+                ),
+            ),
+            (
+                "the host's",
+                with(vec![column("version", ".spec.version")]),
+                at(
+                    0,
+                    "version",
+                    "the host's own columns are Ready, Version, Age; name it otherwise",
+                ),
+            ),
+            (
+                "twice",
+                with(vec![column("A", ".spec.a"), column("a", ".spec.b")]),
+                at(1, "a", "another column has this name"),
+            ),
+            (
+                "no name",
+                with(vec![column(" ", ".spec.a")]),
+                at(0, " ", "a name must be 1 to 32 printable characters"),
+            ),
+            (
+                "absolute",
+                with(vec![column("A", "spec.a")]),
+                at(
+                    0,
+                    "A",
+                    r#"JSONPath "spec.a" must start with `.` (relative to the object, e.g. `.spec.replicas`)"#,
+                ),
+            ),
+            (
+                "a template",
+                with(vec![column("A", "{.spec.a}")]),
+                at(
+                    0,
+                    "A",
+                    r#"JSONPath "{.spec.a}" must start with `.` (relative to the object, e.g. `.spec.replicas`)"#,
+                ),
+            ),
+            (
+                "braces",
+                with(vec![column("A", ".spec.{a}")]),
+                at(
+                    0,
+                    "A",
+                    r#"JSONPath ".spec.{a}" must not hold braces or control characters"#,
+                ),
+            ),
+            (
+                "unbalanced",
+                with(vec![column("A", ".spec.a[0")]),
+                at(
+                    0,
+                    "A",
+                    r#"JSONPath ".spec.a[0" leaves a bracket, parenthesis or quote open"#,
+                ),
+            ),
+            (
+                "a space",
+                with(vec![column("A", ".spec. a")]),
+                at(
+                    0,
+                    "A",
+                    r#"JSONPath ".spec. a" must not hold spaces outside brackets"#,
+                ),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn config_schemas_are_made_structural_or_refused() {
+        assert_eq!(config_schema(None), Ok(None));
+        let schema = config_schema(Some(
+            r##"{"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}},
+                "$defs": {"B": {"type": ["integer", "null"]}}}"##,
+        ))
+        .expect("structural")
+        .expect("a schema");
+        assert_eq!(
+            schema,
+            serde_json::json!({"type": "object", "properties": {"b": {"type": "integer", "nullable": true}}})
+        );
+        let err = config_schema(Some(r#"{"type": "array"}"#)).expect_err("not an object");
+        assert_eq!(err.field(), "config-schema");
+        assert_eq!(
+            err.to_string(),
+            "metadata config-schema: the configuration's schema must be of `type: object` (a CRD's spec is an object) (at .)"
+        );
     }
 
     #[test]

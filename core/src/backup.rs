@@ -18,10 +18,16 @@ pub struct ScheduleCall {
     pub last_completed: Option<String>,
 }
 
-/// The Job name for `slot` of `app`: `<app>-backup-<slot>`, shortened with a hash when that
+/// The Job name for `slot` of `app`: `<app>-backup-<slot>` for an App, `<app>-<kind>-backup-<slot>`
+/// (the kind in lower case) for a parent of another kind, so that an App and a `KVStore`
+/// named alike in one namespace never back up into one Job; shortened with a hash when that
 /// would be over the 63 characters a Job's Pods can carry in their labels.
-pub fn job_name(app: &str, slot: &str) -> String {
-    let name = format!("{app}-backup-{slot}");
+pub fn job_name(app: &AppRef, slot: &str) -> String {
+    let name = if app.is_app() {
+        format!("{}-backup-{slot}", app.name)
+    } else {
+        format!("{}-{}-backup-{slot}", app.name, app.kind.to_lowercase())
+    };
     if name.len() <= 63 {
         return name;
     }
@@ -79,7 +85,7 @@ pub fn is_new_slot(last: Option<&BackupStatus>, slot: &str) -> bool {
 /// The backup Job of `slot` as the host creates it: named from the App and the slot (so the API
 /// server refuses a second one), in the App's namespace, labelled with the slot and stamped.
 pub fn prepare_job(app: &AppRef, slot: &str, mut job: PluginObject) -> PluginObject {
-    let name = job_name(&app.name, slot);
+    let name = job_name(app, slot);
     job.metadata_mut(|metadata| {
         metadata.insert("name".into(), Value::String(name));
         metadata.insert("namespace".into(), Value::String(app.namespace.clone()));
@@ -112,23 +118,71 @@ mod tests {
         assert!(!is_new_slot(Some(&last), "20261205-090000"));
     }
 
+    fn parent(api_version: &str, kind: &str, name: &str) -> AppRef {
+        AppRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            namespace: "ns".into(),
+            uid: "u-1".into(),
+            generation: Some(1),
+        }
+    }
+
+    fn app(name: &str) -> AppRef {
+        parent("wasmop.dev/v1alpha1", "App", name)
+    }
+
     #[test]
     fn job_names_are_stable_and_bounded() {
         assert_eq!(
-            job_name("kv", "20261202-060000"),
+            job_name(&app("kv"), "20261202-060000"),
             "kv-backup-20261202-060000"
         );
-        let long = job_name(&"a".repeat(60), "20261202-060000");
+        let long = job_name(&app(&"a".repeat(60)), "20261202-060000");
         assert!(long.len() <= 63, "{long}");
         assert_eq!(
             long,
-            job_name(&"a".repeat(60), "20261202-060000"),
+            job_name(&app(&"a".repeat(60)), "20261202-060000"),
             "same slot, same name"
         );
-        assert_ne!(long, job_name(&"a".repeat(60), "20261202-120000"));
+        assert_ne!(long, job_name(&app(&"a".repeat(60)), "20261202-120000"));
         assert!(
-            job_name(&"é".repeat(40), "s").len() <= 63,
+            job_name(&app(&"é".repeat(40)), "s").len() <= 63,
             "never cut inside a character"
+        );
+    }
+
+    /// An App and a KVStore named alike in one namespace back up into Jobs of their own.
+    #[test]
+    fn job_names_tell_parents_of_two_kinds_apart() {
+        let kv = parent("data.example.com/v1", "KVStore", "cache");
+        assert_eq!(
+            job_name(&kv, "20261202-060000"),
+            "cache-kvstore-backup-20261202-060000"
+        );
+        assert_ne!(
+            job_name(&kv, "20261202-060000"),
+            job_name(&app("cache"), "20261202-060000")
+        );
+        let job = PluginObject::parse(
+            &serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "x"}, "spec": {"template": {
+                    "metadata": {"labels": {"wasmop.dev/app": "cache"}}, "spec": {}}}})
+            .to_string(),
+        )
+        .expect("a Job");
+        let prepared = prepare_job(&kv, "20261202-060000", job).to_value();
+        let labels = &prepared["metadata"]["labels"];
+        assert_eq!(labels["wasmop.dev/parent-kind"], "KVStore.data.example.com");
+        assert_eq!(labels[BACKUP_SLOT_LABEL], "20261202-060000");
+        assert_eq!(
+            prepared["spec"]["template"]["metadata"]["labels"]["wasmop.dev/parent-kind"],
+            "KVStore.data.example.com"
+        );
+        assert_eq!(
+            prepared["metadata"]["ownerReferences"][0]["kind"],
+            "KVStore"
         );
     }
 }

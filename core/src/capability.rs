@@ -5,7 +5,7 @@
 //! Adding a capability touches its WIT interface (and `metadata.capability`, and the `plugin`
 //! world), its SDK trait, its host call file (`host/src/plugin/call/`), its decision stage and
 //! one entry here. From the entry come the [`Capability`] variant, [`Capability::ALL`],
-//! [`Capability::interface`], the [`Call`] impl of its call type and the bound of
+//! [`Capability::interface`] and [`Capability::function`], the [`Call`] impl of its call type and the bound of
 //! [`PluginCalls`] that makes every caller (the host's and the CLI's `ComponentCalls`, the
 //! SDK's `NativeCalls`, [`NoPlugin`](crate::decide::NoPlugin)) answer it.
 
@@ -25,7 +25,7 @@ use crate::{
 macro_rules! capabilities {
     ($(
         $(#[doc = $doc:literal])*
-        $variant:ident = $interface:literal, $call:ty => $answer:ty;
+        $variant:ident = $interface:literal / $function:literal, $call:ty => $answer:ty;
     )+) => {
         /// One thing a plugin can do; each is one exported WIT interface. In WIT order: the
         /// order of the cases of `metadata.capability`, by which the host reads the list a
@@ -43,6 +43,13 @@ macro_rules! capabilities {
             pub fn interface(self) -> &'static str {
                 match self {
                     $(Self::$variant => $interface,)+
+                }
+            }
+
+            /// The interface's one function, e.g. `plan`.
+            pub fn function(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $function,)+
                 }
             }
         }
@@ -66,15 +73,15 @@ macro_rules! capabilities {
 
 capabilities! {
     /// `spec-diff`: the plan of objects that should exist.
-    SpecDiff = "spec-diff", PlanCall => Plan;
+    SpecDiff = "spec-diff" / "plan", PlanCall => Plan;
     /// `health`: how the service is doing.
-    Health = "health", CheckCall => HealthReport;
+    Health = "health" / "check", CheckCall => HealthReport;
     /// `backup`: when to run a backup Job.
-    Backup = "backup", ScheduleCall => BackupDecision;
+    Backup = "backup" / "schedule", ScheduleCall => BackupDecision;
     /// `upgrade`: whether a version step may roll out.
-    Upgrade = "upgrade", GateCall => GateDecision;
+    Upgrade = "upgrade" / "gate", GateCall => GateDecision;
     /// `finalize`: what to do with retained objects on deletion.
-    Finalize = "finalize", CleanupCall => CleanupDecision;
+    Finalize = "finalize" / "cleanup", CleanupCall => CleanupDecision;
 }
 
 impl Capability {
@@ -146,14 +153,37 @@ mod tests {
                 "the plugin world exports the table, in order"
             );
         }
-        for name in &names {
+        for capability in Capability::ALL {
+            let name = capability.interface();
             if let Some(interface) = wit(&format!("{name}.wit")) {
                 assert!(
                     interface.contains(&format!("interface {name} {{")),
                     "{name}.wit"
                 );
+                let function = format!("    {}: func(", capability.function());
+                assert!(interface.contains(&function), "{name}.wit has {function}");
             }
         }
+    }
+
+    /// The printer columns' types are read by position too ([`crate::answers::ColumnType`]).
+    #[test]
+    fn column_types_are_the_wit() {
+        let Some(metadata) = wit("metadata.wit") else {
+            return;
+        };
+        let cases = listed(&metadata, "enum column-type", |l| {
+            l.strip_suffix(',')
+                .map(|c| c.trim_start_matches('%').to_string())
+        });
+        let ours: Vec<String> = crate::answers::ColumnType::ALL
+            .iter()
+            .map(|t| t.as_str().to_string())
+            .collect();
+        assert_eq!(
+            cases, ours,
+            "metadata.column-type is ColumnType::ALL, in order"
+        );
     }
 
     #[test]

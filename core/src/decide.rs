@@ -61,7 +61,8 @@ pub fn clamp_plugin_requeue(after: Duration) -> Duration {
 /// What a reconcile knows about one App when it decides.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    /// The App's identity.
+    /// The App's identity: the parent, of any kind, whose apiVersion, kind and uid its objects'
+    /// owner references name.
     pub app: AppRef,
     /// `spec.version`.
     pub desired_version: String,
@@ -471,7 +472,7 @@ fn stages(
     // apply, prune
     let ours: BTreeSet<(&str, &str, &str)> = observed
         .iter()
-        .filter(|o| o.is_managed_by(&snapshot.app.name))
+        .filter(|o| o.is_managed_by(&snapshot.app))
         .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
         .collect();
     let mut planned = BTreeSet::new();

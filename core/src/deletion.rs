@@ -435,4 +435,46 @@ mod tests {
         assert!(d.delete.is_empty());
         assert_eq!(d.events[0].reason, "FinalizeFailed");
     }
+
+    /// An App and a KVStore named alike in one namespace: deleting either decides only about
+    /// its own claims (the App's include those labelled before the parent-kind label, and
+    /// those its claim templates made), whatever `finalize` names.
+    #[test]
+    fn deleting_one_of_two_parents_named_alike_reaches_only_its_own_claims() {
+        let claim = |name: &str, kind: Option<&str>| {
+            let mut labels = json!({"wasmop.dev/app": "kv"});
+            if let Some(kind) = kind {
+                labels["wasmop.dev/parent-kind"] = json!(kind);
+            }
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": "ns", "labels": labels}})
+        };
+        let cluster = [
+            claim("data-app-0", None),
+            claim("backups-app", Some("App.wasmop.dev")),
+            claim("data-kvstore-0", Some("KVStore.data.example.com")),
+        ];
+        let every = ["data-app-0", "backups-app", "data-kvstore-0"];
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time");
+        for (api_version, kind, own) in [
+            (
+                "wasmop.dev/v1alpha1",
+                "App",
+                &["data-app-0", "backups-app"][..],
+            ),
+            ("data.example.com/v1", "KVStore", &["data-kvstore-0"][..]),
+        ] {
+            let parent = json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"name": "kv", "namespace": "ns", "uid": kind}});
+            let snapshot = crate::snapshot::from_json(&parent, cluster.clone(), now, serving())
+                .expect("a parent");
+            let mut plugin = Finalizing::deleting(&every);
+            let d = decide_deletion(&snapshot, &mut plugin);
+            let mut deleted: Vec<&str> = d.delete.iter().map(|k| k.name.as_str()).collect();
+            deleted.sort_unstable();
+            let mut own = own.to_vec();
+            own.sort_unstable();
+            assert_eq!(deleted, own, "{kind}");
+        }
+    }
 }

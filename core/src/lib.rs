@@ -23,6 +23,7 @@ pub mod pod_security;
 pub mod snapshot;
 pub mod stamp;
 pub mod status;
+pub mod structural;
 #[cfg(test)]
 mod test_support;
 pub mod upgrade;

@@ -3,7 +3,9 @@
 //!
 //! The host reads and changes only the head of an object: `apiVersion`, `kind` and `metadata`
 //! (name, namespace, labels, owner references). So only `metadata` is parsed into a tree; every
-//! other top-level field stays the plugin's JSON text and goes to the API server verbatim.
+//! other top-level field stays the plugin's JSON text and goes to the API server verbatim
+//! (but for the labels of templates, for a parent of another kind than `App`:
+//! [`crate::stamp::stamp`]).
 //! Parsing whole objects into trees was most of the host's share of a plan call (measured with
 //! kvstore's six objects: 15-23 µs, against 4-5 µs for reading the head alone), and each tree
 //! was serialized again for the size check and for the apply body.
@@ -119,6 +121,20 @@ impl PluginObject {
             .find(|(key, _)| key == name)
             .map(|(_, raw)| serde_json::from_str(raw.get()))
             .transpose()
+    }
+
+    /// Replaces the top-level field `name` (not `apiVersion`, `kind` or `metadata`) with
+    /// `value`, in its place (added at the end when absent): for the host's own additions to a
+    /// checked object, never the plugin's. [`Self::text_len`] stays the plugin's.
+    pub fn set_field(&mut self, name: &str, value: &Value) {
+        debug_assert!(!matches!(name, "apiVersion" | "kind" | "metadata"));
+        let Ok(raw) = serde_json::value::to_raw_value(value) else {
+            return;
+        };
+        match self.fields.iter_mut().find(|(key, _)| key == name) {
+            Some((_, slot)) => *slot = raw,
+            None => self.fields.push((name.to_string(), raw)),
+        }
     }
 
     /// Bytes of the object as the plugin wrote it.

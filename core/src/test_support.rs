@@ -21,6 +21,8 @@ pub fn snapshot_with(
 ) -> Snapshot {
     Snapshot {
         app: AppRef {
+            api_version: crate::stamp::APP_API_VERSION.into(),
+            kind: crate::stamp::APP_KIND.into(),
             name: "kv".into(),
             namespace: "ns".into(),
             uid: "u-1".into(),

@@ -22,7 +22,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use wasmop_core::guard;
 use wasmop_host::plugin::{
-    CallError, Digest, cache::Cache, compile::CompiledPlugin, engine::PluginEngine,
+    CallError, Digest, cache::Cache, compiled::CompiledPlugin, engine::PluginEngine,
     input::AppContext, limits::CallLimits, sandbox::CallTags,
 };
 
@@ -139,7 +139,10 @@ fn main() -> anyhow::Result<()> {
         let check = || {
             guard::check(
                 &policy,
-                "kv",
+                guard::ParentLabels {
+                    name: "kv",
+                    kind_mark: wasmop_core::observed::APP_KIND_MARK,
+                },
                 "bench",
                 &plugin.metadata.owns,
                 plan.objects.clone(),

@@ -64,12 +64,44 @@ pub enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print a CustomResourceDefinition (YAML) for a kind served by a plugin: the plugin's
+    /// configuration schema as `spec` (beside `spec.version`), wasmop's status as the status
+    /// subresource, printer columns (Ready, Version, the plugin's, Age); then, after `---`, the
+    /// ClusterRole the host needs to serve the kind (aggregated into the host's by its label).
+    Crd {
+        /// A `.wasm` file or an OCI reference.
+        plugin: String,
+        /// The kind's API group, a domain the team owns (e.g. `data.acme.io`).
+        #[arg(long)]
+        group: String,
+        /// The kind, CamelCase (e.g. `KVStore`).
+        #[arg(long)]
+        kind: String,
+        /// The API version.
+        #[arg(long, default_value = "v1")]
+        version: String,
+        /// The resource's plural name (default: the kind in lower case, made plural).
+        #[arg(long)]
+        plural: Option<String>,
+        /// A short name for `kubectl get` (repeatable).
+        #[arg(long = "short-name", value_name = "NAME")]
+        short_names: Vec<String>,
+        /// Where instances live.
+        #[arg(long, value_enum, default_value_t = CrdScope::Namespaced)]
+        scope: CrdScope,
+        /// Write the YAML to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Run a plugin's capabilities on an App and observed objects, under the host's sandbox and
     /// guard; exits non-zero with the specific error on any fault or guard violation.
     Run {
         /// A `.wasm` file or an OCI reference.
         plugin: String,
-        /// The App, as YAML or JSON.
+        /// The App, as YAML or JSON: a `wasmop.dev/v1alpha1` App (the plugin reads its config
+        /// from `spec.config`) or an instance of any kind bound to the plugin (config: its
+        /// whole `spec` but `spec.version`). Owner references and the `wasmop.dev/parent-kind`
+        /// label name the object's own apiVersion and kind.
         #[arg(long, required_unless_present = "live")]
         app: Option<PathBuf>,
         /// Observed objects: a YAML/JSON file (a list, a `kind: List` or several documents) or a
@@ -137,6 +169,18 @@ pub struct RegistryArgs {
     /// oras and wkg read it.
     #[arg(long, value_name = "FILE")]
     pub registry_config: Option<PathBuf>,
+}
+
+/// The scope of a kind `wasmop plugin crd` defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CrdScope {
+    /// Instances live in a namespace, as the objects their plugin plans.
+    #[value(name = "Namespaced")]
+    Namespaced,
+    /// Instances without a namespace: refused, since a plugin's objects live in its
+    /// instance's namespace.
+    #[value(name = "Cluster")]
+    Cluster,
 }
 
 /// The capabilities `wasmop plugin run` can run.

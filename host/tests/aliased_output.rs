@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::{component, peak_rss};
 use wasmop_host::plugin::{
-    CallError, Digest, compile::CompiledPlugin, engine::PluginEngine, input::AppContext,
+    CallError, Digest, compiled::CompiledPlugin, engine::PluginEngine, input::AppContext,
     limits::CallLimits, sandbox::CallTags,
 };
 

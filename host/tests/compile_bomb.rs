@@ -22,7 +22,7 @@ use wasmop_host::plugin::{
     Digest, LoadError,
     budget::MemoryBudget,
     cache::Cache,
-    compile::CompiledPlugin,
+    compiled::CompiledPlugin,
     compiler::{CompileLimits, Compiler},
     engine::PluginEngine,
     input::AppContext,

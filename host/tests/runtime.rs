@@ -19,8 +19,9 @@ use serde_json::{Value, json};
 use support::component;
 use wasmop_host::plugin::{
     CallError, Capability, Digest, LoadError,
+    bindings::WitVersion,
     cache::{Cache, CacheKey},
-    compile::CompiledPlugin,
+    compiled::CompiledPlugin,
     engine::PluginEngine,
     input::AppContext,
     limits::CallLimits,
@@ -91,6 +92,213 @@ fn example_plugins_export_exactly_their_capabilities() {
     assert!(
         plan(&engine, &kvstore, &app(json!({"replicas": 3})), &limits).expect("kvstore plans") >= 4
     );
+}
+
+/// A plugin built for `wasmop:plugin@0.1.0` (from a frozen copy of that WIT: `tests/plugins/v0-1`)
+/// loads in this host, which speaks 0.2.0: its exports are looked up by their 0.1.0 names and
+/// called with the 0.2.0 types (the same shapes), its `log@0.1.0` import is served, and it has no
+/// configuration schema. A 0.2.0 plugin carries its schema and columns.
+#[test]
+fn plugins_of_both_wit_versions_load_and_serve() {
+    let engine = PluginEngine::new().expect("engine");
+    let old = prepare(&engine, "v0_1_plugin.wasm").expect("a 0.1.0 plugin loads");
+    assert_eq!(old.wit, WitVersion::V0_1);
+    assert_eq!(old.metadata.name, "v0-1");
+    assert_eq!(
+        old.capabilities.iter().copied().collect::<Vec<_>>(),
+        [Capability::SpecDiff, Capability::Health]
+    );
+    assert_eq!(old.metadata.owns, ["v1/ConfigMap"]);
+    assert_eq!(old.metadata.config_schema, None);
+    assert!(old.metadata.printer_columns.is_empty());
+    let (imports, exports) = old.world();
+    assert!(
+        imports.contains(&"wasmop:plugin/log@0.1.0".to_string()),
+        "{imports:?}"
+    );
+    assert!(
+        exports.contains(&"wasmop:plugin/health@0.1.0".to_string()),
+        "{exports:?}"
+    );
+
+    let limits = CallLimits::default();
+    let app = app(json!({}));
+    let cx = AppContext::new(&app, [], 1_764_633_600_000);
+    // The plan logs through `log@0.1.0` before it answers.
+    let plan = old
+        .call_plan(&engine, &limits, CallTags::default(), &cx, None, "7.2.4")
+        .expect("a 0.1.0 plan");
+    assert_eq!(plan.objects.len(), 1);
+    assert_eq!(plan.objects[0].to_value()["data"]["version"], "7.2.4");
+    let report = old
+        .call_health(&engine, &limits, CallTags::default(), &cx, "7.2.4")
+        .expect("a 0.1.0 health check");
+    assert!(report.rollout_complete);
+    assert_eq!(report.conditions[0].reason, "BuiltFor010");
+    assert_eq!(report.conditions[0].message, "checked 7.2.4");
+
+    let new = prepare(&engine, "kvstore.wasm").expect("a 0.2.0 plugin loads");
+    assert_eq!(new.wit, WitVersion::V0_2);
+    let schema = new
+        .metadata
+        .config_schema
+        .as_ref()
+        .expect("kvstore declares its schema");
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"]["replicas"]["maximum"], 15);
+    assert!(schema.get("$defs").is_none(), "made structural at load");
+    assert_eq!(new.metadata.printer_columns[0].name, "Replicas");
+    assert_eq!(new.metadata.printer_columns[0].json_path, ".spec.replicas");
+}
+
+/// `bytes` with every occurrence of `from` replaced by `into` (of the same length, so the binary
+/// stays well formed); there must be one.
+fn replace_all(bytes: &mut [u8], from: &str, into: &str) {
+    assert_eq!(from.len(), into.len());
+    let mut found = false;
+    let mut at = 0;
+    while let Some(offset) = bytes[at..]
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+    {
+        let start = at + offset;
+        bytes[start..start + into.len()].copy_from_slice(into.as_bytes());
+        at = start + into.len();
+        found = true;
+    }
+    assert!(found, "{from} is in the component");
+}
+
+/// The 0.1.0 test component with its `wasmop:plugin` export names changed from `@0.1.0` to
+/// `to`, for the `interfaces` given.
+fn renamed(interfaces: &[&str], to: &str) -> Vec<u8> {
+    let mut bytes = component("v0_1_plugin.wasm");
+    for interface in interfaces {
+        replace_all(
+            &mut bytes,
+            &format!("wasmop:plugin/{interface}@0.1.0"),
+            &format!("wasmop:plugin/{interface}@{to}"),
+        );
+    }
+    bytes
+}
+
+#[test]
+fn other_wit_versions_are_refused_naming_both() {
+    let engine = PluginEngine::new().expect("engine");
+    let all = ["metadata", "spec-diff", "health"];
+    for version in ["0.3.0", "1.0.0"] {
+        let bytes = renamed(&all, version);
+        let err = CompiledPlugin::prepare(&engine, None, "future", &bytes, Digest::of(&bytes))
+            .err()
+            .expect("a version the host does not speak");
+        assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("built for wasmop:plugin@{version}")),
+            "{message}"
+        );
+        assert!(
+            message.contains("this host speaks wasmop:plugin@0.2.0 (and 0.1.0)"),
+            "{message}"
+        );
+    }
+    // An export of the right name whose types are not that version's (a field of health's
+    // `report` renamed): refused at load, not at its first call.
+    let mut bytes = component("v0_1_plugin.wasm");
+    replace_all(&mut bytes, "rollout-complete", "rollout-finished");
+    let err = CompiledPlugin::prepare(&engine, None, "types", &bytes, Digest::of(&bytes))
+        .err()
+        .expect("a health export of other types");
+    assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
+    assert!(
+        err.to_string().contains(
+            "its wasmop:plugin/health@0.1.0 does not have the types of wasmop:plugin/health@0.2.0"
+        ),
+        "{err}"
+    );
+
+    let bytes = renamed(&["spec-diff"], "0.2.0");
+    let err = CompiledPlugin::prepare(&engine, None, "mixed", &bytes, Digest::of(&bytes))
+        .err()
+        .expect("two versions in one component");
+    assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
+    assert!(
+        err.to_string().contains("one component speaks one version"),
+        "{err}"
+    );
+}
+
+/// `file`'s bytes with the one occurrence of `from` replaced by `to` (of the same length).
+fn patched(file: &str, from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = component(file);
+    let found: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from.as_bytes())
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(found.len(), 1, "{from:?} once in {file}");
+    bytes[found[0]..found[0] + to.len()].copy_from_slice(to.as_bytes());
+    bytes
+}
+
+/// A configuration schema or a printer column the host would not put in a CRD refuses the
+/// version at load, naming the plugin and the rule, like every other load check: the version in
+/// service stays.
+#[tokio::test]
+async fn a_bad_schema_or_column_refuses_the_version_and_the_one_in_service_stays() {
+    let engine = PluginEngine::new().expect("engine");
+    let fault = prepare(&engine, "fault_plugin.wasm").expect("the fault plugin loads");
+    let schema = fault.metadata.config_schema.as_ref().expect("its schema");
+    assert_eq!(
+        schema["properties"]["fault"]["description"],
+        "The fault to commit"
+    );
+    assert_eq!(fault.metadata.printer_columns[0].json_path, ".spec.fault");
+
+    let registry = PluginRegistry::new(engine, None, PluginMetrics::unregistered());
+    let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/fault:1"));
+    let good = Fetched::new(component("fault_plugin.wasm"));
+    let good_digest = good.digest.clone();
+    assert!(matches!(
+        registry.offer(&source, good).await,
+        Offer::Loaded(_)
+    ));
+    for (from, to, rule) in [
+        (
+            r#"{"type":"object","properties""#,
+            r#"{"type":"string","properties""#,
+            "metadata config-schema: the configuration's schema must be of `type: object`",
+        ),
+        (
+            ".spec.fault",
+            "spec..fault",
+            r#"metadata printer column "Fault": JSONPath "spec..fault" must start with `.`"#,
+        ),
+    ] {
+        let bad = Fetched::new(patched("fault_plugin.wasm", from, to));
+        let Offer::Rejected(err) = registry.offer(&source, bad).await else {
+            panic!("{to}: a bad schema must be refused");
+        };
+        assert_eq!(err.reason(), "BadOutput", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("plugin 127.0.0.1:1/plugins/fault:1"),
+            "{message}"
+        );
+        assert!(message.contains(rule), "{message}");
+        assert_eq!(
+            registry
+                .get(&source)
+                .current
+                .expect("still serving")
+                .compiled
+                .digest,
+            good_digest
+        );
+    }
 }
 
 /// A fault mode, the error it must produce, and words its message must contain.
@@ -310,7 +518,7 @@ fn broken_components_are_refused_with_the_reason() {
     assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
     assert!(
         err.to_string()
-            .contains("does not export wasmop:plugin/metadata@0.1.0"),
+            .contains("does not export wasmop:plugin/metadata@0.2.0 (and 0.1.0)"),
         "{err}"
     );
     assert!(

@@ -248,7 +248,7 @@ pub fn schedule<P: Backup>(
         last_completed_slot,
         now: runtime::read_now(now_ms)?,
     };
-    let decision = P::schedule(&input)?;
+    let decision = P::schedule(&input).map_err(|e| input.app.locate(e))?;
     let run = match decision.run {
         Some(run) => Some((run.slot.to_string(), runtime::to_json(&run.job)?)),
         None => None,

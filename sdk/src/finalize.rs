@@ -78,7 +78,7 @@ pub fn cleanup<P: Finalize>(
         retained: Observed::from_json("retained", retained)?,
         now: runtime::read_now(now_ms)?,
     };
-    P::cleanup(&input)
+    P::cleanup(&input).map_err(|e| input.app.locate(e))
 }
 
 /// `finalize.cleanup` run natively: its answer held to the host's rules, and the decision core's

@@ -164,7 +164,7 @@ pub fn check<P: Health>(
         version,
         now: runtime::read_now(now_ms)?,
     };
-    P::check(&input)
+    P::check(&input).map_err(|e| input.app.locate(e))
 }
 
 /// `health.check` run natively: its answer held to the host's rules, and the decision core's

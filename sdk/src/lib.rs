@@ -9,7 +9,8 @@
 //!
 //! Writing one takes four steps:
 //!
-//! 1. Implement [`Plugin`]: metadata and a serde type for `spec.config`.
+//! 1. Implement [`Plugin`]: metadata and a serde type for `spec.config`
+//!    that also derives [`JsonSchema`] (see [Its schema](#its-schema)).
 //! 2. Implement the capability traits you need. Inputs are typed: the
 //!    [`App`] with its config deserialized, [`Observed`] objects read as
 //!    k8s-openapi types, `now` as a `chrono` time. Return [`Error`] for bad
@@ -47,6 +48,7 @@
 //!
 //! ```
 //! use serde::Deserialize;
+//! use wasmop_sdk::schemars::{self, JsonSchema};
 //! use wasmop_sdk::k8s_openapi::api::apps::v1::StatefulSet;
 //! use wasmop_sdk::k8s_openapi::api::core::v1::{Container, Service};
 //! use wasmop_sdk::objects::{Scope, ServiceBuilder, StatefulSetBuilder};
@@ -56,9 +58,11 @@
 //! };
 //!
 //! /// `spec.config` of an echo App.
-//! #[derive(Deserialize)]
+//! #[derive(Deserialize, JsonSchema)]
 //! #[serde(default, deny_unknown_fields)]
 //! struct Config {
+//!     /// How many echo servers run.
+//!     #[schemars(range(min = 1))]
 //!     replicas: i32,
 //! }
 //!
@@ -146,6 +150,38 @@
 //! assert_eq!(caps, [wasmop_sdk::Capability::SpecDiff, wasmop_sdk::Capability::Health]);
 //! ```
 //!
+//! # Its schema
+//!
+//! The configuration's [`JsonSchema`] is the plugin's schema: `metadata.get`
+//! reports it (derived once per call of `metadata`, from the type alone), the
+//! host checks at load that a CustomResourceDefinition can hold it, and
+//! `wasmop plugin crd` prints a CRD whose `spec` is the configuration, so the
+//! API server validates every instance at `kubectl apply` and `kubectl
+//! explain` shows its docs. Nothing is written twice:
+//!
+//! - derive it through the SDK's re-export, `use
+//!   wasmop_sdk::schemars::{self, JsonSchema};` then `#[derive(Deserialize,
+//!   JsonSchema)]` (the derive refers to `schemars::`, which the `use` puts in
+//!   scope; no dependency of your own);
+//! - serde's attributes shape it (`rename_all`, `default`, `Option` fields
+//!   not required, `deny_unknown_fields`); a `#[serde(default)]` field's
+//!   default is in the schema when its type is `Serialize`, and the API
+//!   server then fills it in;
+//! - doc comments are the fields' descriptions: write them for the people
+//!   who will write the config;
+//! - `#[schemars(range(min = 1, max = 15))]`, `length(max = 63)` and
+//!   `regex(pattern = "...")` become limits the API server enforces, and
+//!   `#[schemars(extend("x-kubernetes-validations" = [{"rule": "...",
+//!   "message": "..."}]))]` CEL rules; keep [`Plugin::validate`] for what it
+//!   checks today (an App's `spec.config` is not validated by a CRD);
+//! - a `Config` of `serde_json::Value` declares no schema (free-form).
+//!
+//! The schema must have a structural form: an object at the root, no
+//! recursive types, no untagged enum mixing types (see the host's
+//! `wasmop_core::structural`); [`testing::Fixture::config_schema`] and
+//! `wasmop plugin inspect` say when it has not. Columns for `kubectl get` of
+//! a bound kind come from [`Metadata::printer_column`].
+//!
 //! # Keeping components small
 //!
 //! Code size follows the k8s-openapi types a plugin reads and writes: each
@@ -193,7 +229,7 @@ pub use backup::{Backup, BackupDecision, BackupInput, BackupJob, BackupRun, JobS
 pub use error::{Error, ErrorKind, Result};
 pub use finalize::{Finalize, FinalizeDecision, FinalizeInput, ObjectRef};
 pub use health::{Condition, ConditionStatus, Health, HealthInput, HealthReport, HealthState};
-pub use metadata::{Capability, KindRef, Metadata, Plugin};
+pub use metadata::{Capability, ColumnType, KindRef, Metadata, Plugin, PrinterColumn};
 pub use observed::{Observed, StatusView};
 pub use schedule::{Schedule, ScheduleError};
 pub use spec_diff::{Plan, PlanInput, SpecDiff};
@@ -202,6 +238,9 @@ pub use upgrade::{Upgrade, UpgradeDecision, UpgradeInput};
 // The versions plugins must use for types that cross the SDK's API.
 pub use chrono;
 pub use k8s_openapi;
+/// The schema derive for `Plugin::Config`: `use wasmop_sdk::schemars::{self, JsonSchema};`.
+pub use schemars;
+pub use schemars::JsonSchema;
 pub use serde_json;
 
 /// Used by [`export!`]; not public API.

@@ -1,6 +1,7 @@
 //! The [`Plugin`] trait every plugin implements, and the facts it reports.
 
 use k8s_openapi::Resource;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
 use crate::error::Result;
@@ -9,6 +10,11 @@ use crate::error::Result;
 /// ([`wasmop_core::capability`]), which the host reads too.
 pub use wasmop_core::capability::Capability;
 
+/// A column of `kubectl get` for a kind bound to the plugin, and the type of its values: the
+/// host's own types, which it checks the plugin's columns with
+/// ([`wasmop_core::answers::check_printer_columns`]).
+pub use wasmop_core::answers::{ColumnType, PrinterColumn};
+
 /// The part every plugin implements: who it is and what its config looks
 /// like. The capability traits ([`SpecDiff`](crate::SpecDiff),
 /// [`Health`](crate::Health), ...) build on it.
@@ -16,7 +22,18 @@ pub trait Plugin {
     /// `spec.config`, as the plugin's own serde type. Use
     /// `#[serde(default)]` for defaults and `deny_unknown_fields` to catch
     /// typos; the SDK reports deserialization errors with the field's path.
-    type Config: DeserializeOwned;
+    ///
+    /// Its [`JsonSchema`] is the configuration's schema, which `metadata.get`
+    /// reports and `wasmop plugin crd` turns into a CustomResourceDefinition:
+    /// derive it beside `Deserialize` (`#[derive(Deserialize, JsonSchema)]`,
+    /// through [`wasmop_sdk::schemars`](crate::schemars)). Serde's attributes
+    /// shape it (renames, defaults, optional fields), doc comments become the
+    /// fields' descriptions (`kubectl explain`), and `#[schemars(range(min =
+    /// 1, max = 15))]`, `length(...)`, `regex(pattern = ...)` or
+    /// `extend("x-kubernetes-validations" = [...])` become rules the API
+    /// server enforces. A `Config` that constrains nothing
+    /// (`serde_json::Value`) declares no schema.
+    type Config: DeserializeOwned + JsonSchema;
 
     /// Name, version and the kinds the plugin works with. Capabilities are
     /// filled in by [`export!`](crate::export) from the list it is given.
@@ -66,6 +83,13 @@ pub struct Metadata {
     pub owns: Vec<KindRef>,
     /// Kinds only read (Pods, PVCs).
     pub observes: Vec<KindRef>,
+    /// Columns `kubectl get` shows for a kind bound to the plugin, after the
+    /// host's Ready and Version; see [`Metadata::printer_column`].
+    pub printer_columns: Vec<PrinterColumn>,
+    /// The JSON Schema of [`Plugin::Config`]; filled in by
+    /// [`export!`](crate::export) from the type (`None` for a free-form
+    /// configuration).
+    pub config_schema: Option<String>,
 }
 
 impl Metadata {
@@ -79,6 +103,8 @@ impl Metadata {
             capabilities: Vec::new(),
             owns: Vec::new(),
             observes: Vec::new(),
+            printer_columns: Vec::new(),
+            config_schema: None,
         }
     }
 
@@ -100,6 +126,54 @@ impl Metadata {
         self.observes.push(KindRef::of::<K>());
         self
     }
+
+    /// Adds a column to `kubectl get` of a kind bound to the plugin: its
+    /// heading, the type of its values, a JSONPath into the instance starting
+    /// with `.` (a bound kind's `spec` is the configuration, so a field is
+    /// `.spec.<field>`) and one line of description (may be empty). At most
+    /// 8; the host has Ready, Version and Age already.
+    ///
+    /// ```
+    /// # use wasmop_sdk::{ColumnType, Metadata};
+    /// let m = Metadata::new("kv", "1.0.0").printer_column(
+    ///     "Replicas",
+    ///     ColumnType::Integer,
+    ///     ".spec.replicas",
+    ///     "Pods asked for",
+    /// );
+    /// assert_eq!(m.printer_columns[0].json_path, ".spec.replicas");
+    /// ```
+    pub fn printer_column(
+        mut self,
+        name: impl Into<String>,
+        type_: ColumnType,
+        json_path: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        self.printer_columns.push(PrinterColumn {
+            name: name.into(),
+            type_,
+            json_path: json_path.into(),
+            description: description.into(),
+        });
+        self
+    }
+}
+
+/// The JSON Schema (draft 2020-12) of a configuration type `C`, as `metadata.get` reports it:
+/// `None` for a type that constrains nothing (`serde_json::Value`), whose configuration is
+/// free-form. The host makes it structural (`wasmop_core::structural`).
+pub fn config_schema<C: JsonSchema>() -> Option<String> {
+    let settings =
+        schemars::generate::SchemaSettings::draft2020_12().with(|s| s.meta_schema = None);
+    let schema = settings.into_generator().into_root_schema_for::<C>();
+    let free_form = match schema.as_object() {
+        Some(object) => object
+            .keys()
+            .all(|k| matches!(k.as_str(), "title" | "description" | "$defs")),
+        None => schema.as_bool() == Some(true),
+    };
+    (!free_form).then(|| schema.as_value().to_string())
 }
 
 #[cfg(test)]
@@ -124,5 +198,40 @@ mod tests {
         assert_eq!(m.observes[0].kind, "PersistentVolumeClaim");
         assert_eq!(m.observes[0].api_version, "v1");
         assert!(m.capabilities.is_empty());
+        assert!(m.printer_columns.is_empty());
+        assert_eq!(m.config_schema, None);
+    }
+
+    #[test]
+    fn the_config_schema_is_the_types_with_serde_and_docs() {
+        /// The config.
+        #[derive(serde::Deserialize, JsonSchema)]
+        #[serde(default, rename_all = "camelCase")]
+        #[allow(dead_code)]
+        struct Config {
+            /// How many.
+            #[schemars(range(min = 1, max = 5))]
+            max_replicas: i32,
+        }
+        impl Default for Config {
+            fn default() -> Self {
+                Config { max_replicas: 2 }
+            }
+        }
+        let text = config_schema::<Config>().expect("a schema");
+        let schema: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["description"], "The config.");
+        let field = &schema["properties"]["maxReplicas"];
+        assert_eq!(field["description"], "How many.");
+        assert_eq!(
+            (&field["minimum"], &field["maximum"]),
+            (&1.into(), &5.into())
+        );
+        assert_eq!(field["default"], 2);
+        assert!(schema.get("$schema").is_none());
+        // What the host makes of it.
+        wasmop_core::structural::plugin_config(&text).expect("structural");
+        assert_eq!(config_schema::<serde_json::Value>(), None);
     }
 }

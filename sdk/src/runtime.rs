@@ -42,6 +42,7 @@ impl Native {
 pub fn metadata<P: Exported>() -> Metadata {
     let mut metadata = P::metadata();
     metadata.capabilities = P::CAPABILITIES.to_vec();
+    metadata.config_schema = crate::metadata::config_schema::<P::Config>();
     metadata
 }
 
@@ -52,7 +53,7 @@ pub(crate) fn read_app<P: Plugin>(json: &str) -> Result<App<P::Config>> {
         Some(_) => e,
         None => e.with_field("app"),
     })?;
-    P::validate(app.config())?;
+    P::validate(app.config()).map_err(|e| app.locate(e))?;
     Ok(app)
 }
 

@@ -214,7 +214,9 @@ pub fn plan<P: SpecDiff>(
         target_version,
         now: runtime::read_now(now_ms)?,
     };
-    let (objects, requeue) = P::plan(&input)?.into_parts();
+    let (objects, requeue) = P::plan(&input)
+        .map_err(|e| input.app.locate(e))?
+        .into_parts();
     Ok(RawPlan {
         objects,
         requeue_after_ms: requeue.map(runtime::millis),

@@ -67,6 +67,41 @@ pub fn app(name: &str, namespace: &str, version: &str, config: Value) -> String 
     .to_string()
 }
 
+/// Builds the JSON of an instance of a kind bound to the plugin (`kind` in
+/// `api_version`, such as `KVStore` in `data.example.com/v1`) named `name` in
+/// `namespace`: `spec` is the config's fields (an object) with `version` beside
+/// them, as the kind's CRD has them (a `config` that is no object counts as
+/// none).
+///
+/// ```
+/// let kv = wasmop_sdk::testing::instance(
+///     "data.example.com/v1", "KVStore", "cache", "shop", "7.2.4",
+///     serde_json::json!({"replicas": 3}),
+/// );
+/// assert!(kv.contains(r#""spec":{"replicas":3,"version":"7.2.4"}"#));
+/// ```
+pub fn instance(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    namespace: &str,
+    version: &str,
+    config: Value,
+) -> String {
+    let mut spec = match config {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    spec.insert("version".into(), Value::String(version.into()));
+    serde_json::json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "uid": "00000000-0000-0000-0000-000000000001", "generation": 1},
+        "spec": spec,
+    })
+    .to_string()
+}
+
 /// The log records the current thread wrote since the last call.
 pub fn take_logs() -> Vec<Record> {
     crate::log::sink::take()
@@ -107,6 +142,12 @@ impl Fixture {
     pub fn observe(mut self, json: impl Into<String>) -> Self {
         self.observed.push(json.into());
         self
+    }
+
+    /// The observed objects, as JSON text: the cluster around the App (after
+    /// [`Fixture::after`], with what a decision applied).
+    pub fn observed(&self) -> &[String] {
+        &self.observed
     }
 
     /// Adds observed objects from a JSON array (a `kubectl get -o json`
@@ -168,6 +209,16 @@ impl Fixture {
     /// What `metadata.get` returns, capabilities included.
     pub fn metadata<P: Exported>() -> Metadata {
         runtime::metadata::<P>()
+    }
+
+    /// The configuration's schema as the host takes it at load: made structural (what `wasmop
+    /// plugin crd` puts in a CRD's `spec`), `None` for a free-form configuration. An error
+    /// where the host would refuse the plugin, in the host's words (and likewise for the rest
+    /// of the metadata, printer columns included).
+    pub fn config_schema<P: Exported>() -> Result<Option<serde_json::Value>> {
+        let metadata = runtime::metadata::<P>();
+        let checked = answers::metadata(&metadata).map_err(answers::refused::<P>("metadata"))?;
+        Ok(checked.config_schema)
     }
 
     /// Calls `spec-diff.plan`.

@@ -76,7 +76,7 @@ pub fn gate<P: Upgrade>(
         to,
         now: runtime::read_now(now_ms)?,
     };
-    P::gate(&input)
+    P::gate(&input).map_err(|e| input.app.locate(e))
 }
 
 /// `upgrade.gate` run natively: its answer held to the host's rules, and the decision core's

@@ -21,7 +21,7 @@
 #![allow(missing_docs, unsafe_code, clippy::all)]
 
 use crate::error::{Error, ErrorKind};
-use crate::metadata::Capability;
+use crate::metadata::{Capability, ColumnType};
 use crate::runtime::{self, Exported};
 
 /// `import log; export metadata;`: in every plugin.
@@ -37,7 +37,7 @@ pub mod base {
 /// `export spec-diff;`, expanded into a plugin only if it lists the capability.
 pub mod spec_diff {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world spec-diff { export wasmop:plugin/spec-diff@0.1.0; }",
+        inline: "package wasmop:sdk; world spec-diff { export wasmop:plugin/spec-diff@0.2.0; }",
         path: "wit",
         world: "wasmop:sdk/spec-diff",
         pub_export_macro: true,
@@ -48,7 +48,7 @@ pub mod spec_diff {
 /// `export health;`, expanded into a plugin only if it lists the capability.
 pub mod health {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world health { export wasmop:plugin/health@0.1.0; }",
+        inline: "package wasmop:sdk; world health { export wasmop:plugin/health@0.2.0; }",
         path: "wit",
         world: "wasmop:sdk/health",
         pub_export_macro: true,
@@ -59,7 +59,7 @@ pub mod health {
 /// `export backup;`, expanded into a plugin only if it lists the capability.
 pub mod backup {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world backup { export wasmop:plugin/backup@0.1.0; }",
+        inline: "package wasmop:sdk; world backup { export wasmop:plugin/backup@0.2.0; }",
         path: "wit",
         world: "wasmop:sdk/backup",
         pub_export_macro: true,
@@ -70,7 +70,7 @@ pub mod backup {
 /// `export upgrade;`, expanded into a plugin only if it lists the capability.
 pub mod upgrade {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world upgrade { export wasmop:plugin/upgrade@0.1.0; }",
+        inline: "package wasmop:sdk; world upgrade { export wasmop:plugin/upgrade@0.2.0; }",
         path: "wit",
         world: "wasmop:sdk/upgrade",
         pub_export_macro: true,
@@ -81,7 +81,7 @@ pub mod upgrade {
 /// `export finalize;`, expanded into a plugin only if it lists the capability.
 pub mod finalize {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world finalize { export wasmop:plugin/finalize@0.1.0; }",
+        inline: "package wasmop:sdk; world finalize { export wasmop:plugin/finalize@0.2.0; }",
         path: "wit",
         world: "wasmop:sdk/finalize",
         pub_export_macro: true,
@@ -139,6 +139,23 @@ mod metadata_glue {
                     .collect(),
                 owns: kinds(m.owns),
                 observes: kinds(m.observes),
+                config_schema: m.config_schema,
+                printer_columns: m
+                    .printer_columns
+                    .into_iter()
+                    .map(|c| w::PrinterColumn {
+                        name: c.name,
+                        column_type: match c.type_ {
+                            ColumnType::Integer => w::ColumnType::Integer,
+                            ColumnType::Number => w::ColumnType::Number,
+                            ColumnType::String => w::ColumnType::String,
+                            ColumnType::Boolean => w::ColumnType::Boolean,
+                            ColumnType::Date => w::ColumnType::Date,
+                        },
+                        json_path: c.json_path,
+                        description: c.description,
+                    })
+                    .collect(),
             }
         }
     }

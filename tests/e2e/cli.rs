@@ -47,7 +47,11 @@ fn inspect_reports_capabilities_and_digest() -> anyhow::Result<()> {
     );
     let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(info["name"], "kvstore");
-    assert_eq!(info["world"], "wasmop:plugin@0.1.0");
+    assert_eq!(info["world"], "wasmop:plugin@0.2.0");
+    assert_eq!(
+        info["configSchema"]["properties"]["replicas"]["type"],
+        "integer"
+    );
     assert_eq!(info["capabilities"].as_array().map(Vec::len), Some(5));
     assert!(
         info["digest"]
@@ -162,6 +166,77 @@ fn run_prints_results_and_fails_on_faults_and_guard_violations() -> anyhow::Resu
             "errors are for people: {stderr}"
         );
     }
+    Ok(())
+}
+
+/// `plugin run --app` takes an instance of any kind: a `KVStore` whose config is its whole
+/// `spec` (beside `version`) reconciles with kvstore unchanged, its objects owned by the
+/// instance's own kind and marked with it (their templates too), and a config error names the
+/// field where the kind has it.
+#[test]
+fn run_takes_an_instance_of_any_kind() -> anyhow::Result<()> {
+    let instance = |spec: &str| {
+        tempfile_path::write(&format!(
+            "apiVersion: data.example.com/v1\nkind: KVStore\nmetadata: {{name: cache, namespace: demo, uid: kv-uid}}\nspec: {spec}\n"
+        ))
+    };
+    let file = instance("{version: \"7.2.4\", replicas: 2}")?;
+    let out = wasmop(&[
+        "plugin",
+        "run",
+        &wasm("kvstore.wasm")?,
+        "--app",
+        &file.0.display().to_string(),
+        "--json",
+        "--now",
+        "2026-12-02T06:00:00Z",
+    ])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let applied = decision["apply"].as_array().cloned().unwrap_or_default();
+    assert!(!applied.is_empty(), "{decision}");
+    for object in &applied {
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["wasmop.dev/parent-kind"], "KVStore.data.example.com");
+        assert_eq!(labels["wasmop.dev/app"], "cache");
+        if object["kind"] != "PersistentVolumeClaim" {
+            let owner = &object["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (&owner["apiVersion"], &owner["kind"], &owner["uid"]),
+                (
+                    &serde_json::json!("data.example.com/v1"),
+                    &serde_json::json!("KVStore"),
+                    &serde_json::json!("kv-uid")
+                ),
+                "{object}"
+            );
+        }
+    }
+    let set = applied
+        .iter()
+        .find(|o| o["kind"] == "StatefulSet")
+        .expect("a StatefulSet");
+    assert_eq!(set["spec"]["replicas"], 2, "the config is the spec");
+    assert_eq!(
+        set["spec"]["template"]["metadata"]["labels"]["wasmop.dev/parent-kind"],
+        "KVStore.data.example.com"
+    );
+
+    let bad = instance("{version: \"7.2.4\", replicas: three}")?;
+    let out = wasmop(&[
+        "plugin",
+        "run",
+        &wasm("kvstore.wasm")?,
+        "--app",
+        &bad.0.display().to_string(),
+    ])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("spec.replicas"), "{stderr}");
     Ok(())
 }
 

@@ -22,6 +22,7 @@ mod interop;
 mod isolation;
 mod journey;
 mod kstatus;
+mod plugin_crd;
 mod plugin_sources;
 mod policy;
 mod pull_secrets;

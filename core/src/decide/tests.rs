@@ -340,6 +340,72 @@ fn claims_backup_jobs_foreign_and_unprunable_objects_are_never_pruned() {
     );
 }
 
+/// An App and a KVStore named alike in one namespace, as the host's caches hold their objects:
+/// each prunes only its own, stamps owner references to its own kind, and a plan naming the
+/// other's object must adopt it (which the executor refuses) rather than take it as its own.
+#[test]
+fn parents_of_two_kinds_with_one_name_prune_and_own_only_their_own() {
+    let object = |name: &str, uid: &str, kind: Option<&str>| {
+        let mut labels = json!({"wasmop.dev/app": "cache"});
+        if let Some(kind) = kind {
+            labels["wasmop.dev/parent-kind"] = json!(kind);
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name,
+            "namespace": "ns", "labels": labels,
+            "ownerReferences": [{"uid": uid, "controller": true}]}})
+    };
+    let cluster = [
+        object("app-old", "app-uid", None),
+        object("app-new", "app-uid", Some("App.wasmop.dev")),
+        object("kv-only", "kv-uid", Some("KVStore.data.example.com")),
+    ];
+    let parent = |api_version: &str, kind: &str, uid: &str| {
+        json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": "cache", "namespace": "ns", "uid": uid},
+            "spec": {"version": "1.0"}})
+    };
+    let now = Timestamp::from_second(1_800_000_000).expect("time");
+    let decide_for = |parent: &Value, plan: Vec<Value>| {
+        let snapshot = crate::snapshot::from_json(
+            parent,
+            cluster.clone(),
+            now,
+            crate::test_support::serving(&["spec-diff"]),
+        )
+        .expect("a parent");
+        decide(&snapshot, &mut Script::new(plan), &Check)
+    };
+    let names = |keys: &[ObjectKey]| keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
+
+    let app = parent("wasmop.dev/v1alpha1", "App", "app-uid");
+    let kv = parent("data.example.com/v1", "KVStore", "kv-uid");
+    assert_eq!(
+        names(&decide_for(&app, vec![]).prune),
+        ["app-old", "app-new"]
+    );
+    assert_eq!(names(&decide_for(&kv, vec![]).prune), ["kv-only"]);
+
+    // The KVStore plans the App's ConfigMap: not its own, so it must be adopted.
+    let d = decide_for(&kv, vec![cm("app-old", "x")]);
+    assert_eq!(names(&d.adopt), ["app-old"]);
+    let stamped = d.apply[0].to_value();
+    let owner = &stamped["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["apiVersion"], &owner["kind"], &owner["uid"]),
+        (
+            &json!("data.example.com/v1"),
+            &json!("KVStore"),
+            &json!("kv-uid")
+        )
+    );
+    assert_eq!(
+        stamped["metadata"]["labels"]["wasmop.dev/parent-kind"],
+        "KVStore.data.example.com"
+    );
+    // The App plans its own: already managed, nothing to adopt.
+    assert!(decide_for(&app, vec![cm("app-old", "x")]).adopt.is_empty());
+}
+
 #[test]
 fn a_zero_requeue_is_clamped() {
     let mut plugin = Script::new(vec![cm("a", "1")]);

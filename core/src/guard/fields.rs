@@ -7,10 +7,10 @@ use super::{Breach, PlanPolicy};
 
 /// The prefix of labels and annotations that carry the host's own bookkeeping.
 const HOST_PREFIX: &str = "wasmop.dev/";
-/// The host label that ties objects and Pods to their App (how the host finds an App's Pods and
-/// claims): a plugin may write it (the SDK does, in selectors and pod templates) only with the
-/// App's own name.
-pub(super) use crate::observed::APP_LABEL;
+/// The host labels that tie objects and Pods to their App (how the host finds an App's Pods and
+/// claims): a plugin may write them (the SDK writes the first, in selectors and pod templates)
+/// only with the App's own name and kind mark.
+pub(super) use crate::observed::{APP_LABEL, PARENT_KIND_LABEL};
 
 fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
     Some(Breach {
@@ -23,7 +23,8 @@ fn breach(path: String, rule: &str, reason: String) -> Option<Breach> {
 /// `metadata` of a planned object (`at` = `metadata`) or of a pod template
 /// (`spec.template.metadata`): no finalizers, owner references or generated names, and no
 /// `wasmop.dev/*` annotation, nor label but those in `host_labels` with exactly their value
-/// (`wasmop.dev/app` = the App's name; a backup Job's slot).
+/// (`wasmop.dev/app` = the App's name, `wasmop.dev/parent-kind` = its kind mark; a backup
+/// Job's slot).
 pub(super) fn metadata(
     metadata: &Map<String, Value>,
     at: &str,
@@ -66,6 +67,10 @@ pub(super) fn metadata(
                 Some(expected) if key == APP_LABEL => format!(
                     "{value} is not this App's name {expected:?}: a plan cannot mark its \
                      objects as another App's"
+                ),
+                Some(expected) if key == PARENT_KIND_LABEL => format!(
+                    "{value} is not this App's kind {expected:?}: a plan cannot mark its \
+                     objects as those of a parent of another kind"
                 ),
                 Some(expected) => format!("{value} is not the host's value {expected:?}"),
                 None => format!("the {HOST_PREFIX}* {kind}s are the host's"),
@@ -145,8 +150,11 @@ mod tests {
 
     #[test]
     fn host_metadata_is_the_hosts() {
-        let ok = meta(json!({"name": "x", "labels": {"wasmop.dev/app": "kv", "app": "kv"}}));
-        let host = [(APP_LABEL, "kv")];
+        let ok = meta(
+            json!({"name": "x", "labels": {"wasmop.dev/app": "kv", "app": "kv",
+            "wasmop.dev/parent-kind": "App.wasmop.dev"}}),
+        );
+        let host = [(APP_LABEL, "kv"), (PARENT_KIND_LABEL, "App.wasmop.dev")];
         assert_eq!(metadata(&ok, "metadata", &host), None);
         for (value, path) in [
             (json!({"finalizers": ["x/y"]}), "metadata.finalizers"),
@@ -159,6 +167,15 @@ mod tests {
             (
                 json!({"labels": {"wasmop.dev/backup-slot": "1"}}),
                 "metadata.labels[\"wasmop.dev/backup-slot\"]",
+            ),
+            // Forging the kind: the objects would be a KVStore's named `kv`.
+            (
+                json!({"labels": {"wasmop.dev/parent-kind": "KVStore.data.example.com"}}),
+                "metadata.labels[\"wasmop.dev/parent-kind\"]",
+            ),
+            (
+                json!({"annotations": {"wasmop.dev/parent-kind": "App.wasmop.dev"}}),
+                "metadata.annotations[\"wasmop.dev/parent-kind\"]",
             ),
             (
                 json!({"annotations": {"wasmop.dev/app": "kv"}}),

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use crate::observed::{BACKUP_SLOT_LABEL, ObservedObject};
 use serde_json::{Map, Value};
 
-use super::{Owned, PlanPolicy, check_body, extra::Scope, fields};
+use super::{Owned, ParentLabels, PlanPolicy, check_body, extra::Scope};
 use crate::object::PluginObject;
 
 /// Why `object`, owned by the App `app` in `namespace`, breaks `policy`
@@ -30,7 +30,7 @@ use crate::object::PluginObject;
 /// App, whose ServiceAccounts, claims and workloads stand for the plan's.
 pub fn violation(
     policy: &PlanPolicy,
-    app: &str,
+    app: ParentLabels<'_>,
     namespace: &str,
     object: &ObservedObject,
     observed: &[ObservedObject],
@@ -72,7 +72,7 @@ pub fn violation(
     }
     let planned = PluginObject::parse(&json.to_string()).ok()?;
     let slot = object.backup_slot.as_deref().unwrap_or_default();
-    let mut host_labels = vec![(fields::APP_LABEL, app)];
+    let mut host_labels = app.pairs().to_vec();
     if object.backup_slot.is_some() {
         host_labels.push((BACKUP_SLOT_LABEL, slot));
     }
@@ -125,7 +125,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
     use crate::pod_security::Level;
+
+    /// The App `kv`, whose labels its plans may write.
+    const KV: ParentLabels<'static> = ParentLabels {
+        name: "kv",
+        kind_mark: crate::observed::APP_KIND_MARK,
+    };
 
     /// A Deployment as the API server holds it after the host applied it: stamped metadata,
     /// defaults, a status; its containers run privileged, which baseline allows.
@@ -161,10 +168,10 @@ mod tests {
             ..PlanPolicy::default()
         };
         assert_eq!(
-            violation(&baseline, "kv", "ns", &live_privileged(), &[]),
+            violation(&baseline, KV, "ns", &live_privileged(), &[]),
             None
         );
-        let found = violation(&PlanPolicy::default(), "kv", "ns", &live_privileged(), &[])
+        let found = violation(&PlanPolicy::default(), KV, "ns", &live_privileged(), &[])
             .expect("restricted forbids privileged containers");
         assert!(
             found.starts_with(
@@ -173,6 +180,34 @@ mod tests {
             "{found}"
         );
         assert!(found.ends_with("(podSecurity/privileged)"), "{found}");
+    }
+
+    /// The kind labels the host stamped on a KVStore's object and its template are the host's,
+    /// not a breach; another kind's are.
+    #[test]
+    fn the_hosts_kind_labels_are_not_judged() {
+        let stamped = |mark: &str| {
+            let mut object = live_privileged();
+            for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
+                object.json.pointer_mut(labels).expect("labels")["wasmop.dev/parent-kind"] =
+                    json!(mark);
+            }
+            object
+        };
+        let baseline = PlanPolicy {
+            pod_security: Level::Privileged,
+            ..PlanPolicy::default()
+        };
+        let kvstore = ParentLabels {
+            name: "kv",
+            kind_mark: "KVStore.data.example.com",
+        };
+        let own = stamped("KVStore.data.example.com");
+        assert_eq!(violation(&baseline, kvstore, "ns", &own, &[]), None);
+        let found = violation(&baseline, KV, "ns", &own, &[]).expect("another kind's label");
+        assert!(found.contains("wasmop.dev/parent-kind"), "{found}");
+        let app = stamped("App.wasmop.dev");
+        assert_eq!(violation(&baseline, KV, "ns", &app, &[]), None);
     }
 
     #[test]
@@ -187,10 +222,7 @@ mod tests {
             "u-1",
         )
         .expect("a pod");
-        assert_eq!(
-            violation(&PlanPolicy::default(), "kv", "ns", &pod, &[]),
-            None
-        );
+        assert_eq!(violation(&PlanPolicy::default(), KV, "ns", &pod, &[]), None);
         // What built-in admission writes into a Pod is not the plan's.
         let mut admitted = pod.clone();
         admitted.json["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
@@ -198,7 +230,7 @@ mod tests {
         admitted.json["spec"]["tolerations"] = json!([{"key": "node.kubernetes.io/unschedulable",
             "operator": "Exists", "effect": "NoSchedule"}]);
         assert_eq!(
-            violation(&PlanPolicy::default(), "kv", "ns", &admitted, &[]),
+            violation(&PlanPolicy::default(), KV, "ns", &admitted, &[]),
             None
         );
 
@@ -212,9 +244,6 @@ mod tests {
             "u-1",
         )
         .expect("a job");
-        assert_eq!(
-            violation(&PlanPolicy::default(), "kv", "ns", &job, &[]),
-            None
-        );
+        assert_eq!(violation(&PlanPolicy::default(), KV, "ns", &job, &[]), None);
     }
 }

@@ -39,9 +39,28 @@ use crate::{
     Failure, PlanCheck,
     kind::{Kind, plannable},
     object::PluginObject,
-    observed::BACKUP_SLOT_LABEL,
+    observed::{APP_LABEL, BACKUP_SLOT_LABEL, PARENT_KIND_LABEL},
     pod_security::Level,
 };
+
+/// The host's labels a plan may write, with the only values it may give them: the App's name
+/// (`wasmop.dev/app`) and its kind mark (`wasmop.dev/parent-kind`, [`crate::observed`]). The
+/// SDK writes the first in selectors and pod templates; either with another value would mark
+/// objects as another App's, or as those of a parent of another kind with the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParentLabels<'a> {
+    /// The App's name.
+    pub name: &'a str,
+    /// Its kind mark ([`crate::observed::kind_mark`]).
+    pub kind_mark: &'a str,
+}
+
+impl<'a> ParentLabels<'a> {
+    /// The labels as `(key, value)`.
+    fn pairs(self) -> [(&'static str, &'a str); 2] {
+        [(APP_LABEL, self.name), (PARENT_KIND_LABEL, self.kind_mark)]
+    }
+}
 
 /// What plugins may plan in a namespace: the plan rules of a policy. [`PlanPolicy::default`]
 /// is the built-in default: `restricted`, no Secrets, ClusterIP Services only.
@@ -143,6 +162,8 @@ pub struct AppCheck {
     pub policy_name: String,
     /// The App's name.
     pub app: String,
+    /// The App's kind mark ([`crate::stamp::AppRef::kind_mark`]).
+    pub kind_mark: String,
     /// The App's namespace.
     pub namespace: String,
     /// The plugin's declared `owns` kinds (`apiVersion/Kind`).
@@ -151,11 +172,20 @@ pub struct AppCheck {
     pub bound: Bound,
 }
 
+impl AppCheck {
+    fn parent(&self) -> ParentLabels<'_> {
+        ParentLabels {
+            name: &self.app,
+            kind_mark: &self.kind_mark,
+        }
+    }
+}
+
 impl PlanCheck for AppCheck {
     fn check_plan(&self, objects: Vec<PluginObject>) -> Result<Vec<PluginObject>, Failure> {
         check(
             &self.policy,
-            &self.app,
+            self.parent(),
             &self.namespace,
             &self.owns,
             objects,
@@ -181,7 +211,7 @@ impl PlanCheck for AppCheck {
         claims: &BTreeSet<String>,
     ) -> Result<(), Failure> {
         grants::check_job(job, &self.bound)
-            .and_then(|()| check_job(&self.policy, &self.app, slot, job, accounts, claims))
+            .and_then(|()| check_job(&self.policy, self.parent(), slot, job, accounts, claims))
             .map_err(|err| {
                 Failure::new(
                     crate::conditions::reason::PLAN_REJECTED,
@@ -207,7 +237,15 @@ impl PlanCheck for AppCheck {
         account
             .then(|| grants::violation(&object.name, &self.bound))
             .flatten()
-            .or_else(|| live::violation(&self.policy, &self.app, &self.namespace, object, observed))
+            .or_else(|| {
+                live::violation(
+                    &self.policy,
+                    self.parent(),
+                    &self.namespace,
+                    object,
+                    observed,
+                )
+            })
             .map(|found| format!("{found}, under {}", self.policy_name))
     }
 
@@ -434,7 +472,7 @@ fn check_body(
 /// may carry the slot's label.
 pub fn check_job(
     policy: &PlanPolicy,
-    app: &str,
+    app: ParentLabels<'_>,
     slot: &str,
     job: &PluginObject,
     accounts: &BTreeSet<String>,
@@ -460,7 +498,8 @@ pub fn check_job(
             ),
         ));
     }
-    let host_labels = [(fields::APP_LABEL, app), (BACKUP_SLOT_LABEL, slot)];
+    let [name, kind] = app.pairs();
+    let host_labels = [name, kind, (BACKUP_SLOT_LABEL, slot)];
     // A Job is none of the kinds `extra` checks, so what it would read is left empty; without
     // the namespace, its pods' affinity terms may name none (`scheduling`).
     let scope = extra::Scope {
@@ -480,7 +519,7 @@ pub fn check_job(
 /// hold no other.
 pub fn check(
     policy: &PlanPolicy,
-    app: &str,
+    app: ParentLabels<'_>,
     namespace: &str,
     owns: &[String],
     objects: Vec<PluginObject>,
@@ -582,12 +621,10 @@ pub fn check(
                 object.text_len()
             )));
         }
-        check_body(policy, &[(fields::APP_LABEL, app)], &object, &owned, scope).map_err(|b| {
-            GuardError {
-                object: format!("{}/{name}", object.kind()),
-                rule: b.rule,
-                reason: format!("{}: {}", b.path, b.reason),
-            }
+        check_body(policy, &app.pairs(), &object, &owned, scope).map_err(|b| GuardError {
+            object: format!("{}/{name}", object.kind()),
+            rule: b.rule,
+            reason: format!("{}: {}", b.path, b.reason),
         })?;
         if !seen.insert((kind.clone(), name.clone())) {
             return Err(reject("planned twice".into()));
@@ -606,6 +643,12 @@ mod tests {
 
     use super::*;
 
+    /// The App `kv`, whose labels its plans may write.
+    const KV: ParentLabels<'static> = ParentLabels {
+        name: "kv",
+        kind_mark: crate::observed::APP_KIND_MARK,
+    };
+
     fn obj(value: Value) -> PluginObject {
         PluginObject::parse(&value.to_string()).expect("test objects are plugin objects")
     }
@@ -620,10 +663,10 @@ mod tests {
     #[test]
     fn a_plan_holds_only_the_kinds_the_plugin_declares() {
         let owns = vec!["v1/ConfigMap".to_string()];
-        check(&PlanPolicy::default(), "kv", "ns", &owns, vec![cm("a")]).expect("declared");
+        check(&PlanPolicy::default(), KV, "ns", &owns, vec![cm("a")]).expect("declared");
         let sa =
             obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "s"}}));
-        let err = check(&PlanPolicy::default(), "kv", "ns", &owns, vec![cm("a"), sa])
+        let err = check(&PlanPolicy::default(), KV, "ns", &owns, vec![cm("a"), sa])
             .expect_err("undeclared");
         assert_eq!(err.rule, "wasmop/owns");
         assert!(err.to_string().contains("ServiceAccount/s: v1/ServiceAccount is not in the plugin's metadata.owns (v1/ConfigMap)"), "{err}");
@@ -641,7 +684,7 @@ mod tests {
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}}),
             ),
         ];
-        let guarded = check(&PlanPolicy::default(), "kv", "ns", &all(), plan).expect("passes");
+        let guarded = check(&PlanPolicy::default(), KV, "ns", &all(), plan).expect("passes");
         assert_eq!(guarded.len(), 2);
         assert_eq!(guarded[0].object.metadata()["namespace"], "ns");
         assert_eq!(guarded[1].kind.plural, "statefulsets");
@@ -694,7 +737,7 @@ mod tests {
         for (object, name, reason) in cases {
             let err = check(
                 &PlanPolicy::default(),
-                "kv",
+                KV,
                 "ns",
                 &all(),
                 vec![cm("fine"), object],
@@ -705,7 +748,7 @@ mod tests {
         }
         let err = check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             vec![cm("a"), cm("a")],
@@ -714,7 +757,7 @@ mod tests {
         assert_eq!(err.to_string(), "plan rejected: ConfigMap/a: planned twice");
         let err = check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             (0..=MAX_OBJECTS).map(|i| cm(&format!("c{i}"))).collect(),
@@ -748,14 +791,8 @@ mod tests {
     #[test]
     fn what_an_attacker_plans_is_refused_with_field_and_rule() {
         let policy = PlanPolicy::default();
-        check(
-            &policy,
-            "kv",
-            "ns",
-            &all(),
-            vec![deployment("good", |_| {})],
-        )
-        .expect("the base passes");
+        check(&policy, KV, "ns", &all(), vec![deployment("good", |_| {})])
+            .expect("the base passes");
         let job = |change: fn(&mut Value)| {
             let mut template = json!({"spec": {"restartPolicy": "Never", "containers": [
                 {"name": "b", "image": "busybox"}]}});
@@ -798,6 +835,23 @@ mod tests {
                 }),
                 "wasmop/metadata",
                 "Deployment/evil: spec.template.metadata.labels[\"wasmop.dev/app\"]: ",
+            ),
+            // Pods marked as those of a KVStore named `kv`: the KVStore would see them.
+            (
+                deployment("evil", |t| {
+                    t["metadata"]["labels"]["wasmop.dev/parent-kind"] =
+                        json!("KVStore.data.example.com");
+                }),
+                "wasmop/metadata",
+                "Deployment/evil: spec.template.metadata.labels[\"wasmop.dev/parent-kind\"]: \"KVStore.data.example.com\" is not this App's kind",
+            ),
+            (
+                obj(
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "evil",
+                    "labels": {"wasmop.dev/parent-kind": "KVStore.data.example.com"}}}),
+                ),
+                "wasmop/metadata",
+                "ConfigMap/evil: metadata.labels[\"wasmop.dev/parent-kind\"]: ",
             ),
             (
                 job(|t| {
@@ -849,12 +903,51 @@ mod tests {
         ];
         for (object, rule, message) in cases {
             let err =
-                check(&policy, "kv", "ns", &all(), vec![cm("fine"), object]).expect_err(message);
+                check(&policy, KV, "ns", &all(), vec![cm("fine"), object]).expect_err(message);
             assert_eq!(err.rule, rule, "{err}");
             let text = err.to_string();
             assert!(
                 text.starts_with(&format!("plan rejected: {message}")),
                 "{text}"
+            );
+        }
+    }
+
+    /// A plan may write the parent-kind label only with its own parent's kind: a KVStore's
+    /// plan may not mark Pods as an App's, nor an App's as a KVStore's.
+    #[test]
+    fn a_plan_writes_only_its_own_kind_mark() {
+        let kvstore = ParentLabels {
+            name: "kv",
+            kind_mark: "KVStore.data.example.com",
+        };
+        let marked = |mark: &str| {
+            let mark = mark.to_string();
+            deployment("d", move |t| {
+                t["metadata"]["labels"]["wasmop.dev/parent-kind"] = json!(mark);
+            })
+        };
+        let policy = PlanPolicy::default();
+        check(
+            &policy,
+            kvstore,
+            "ns",
+            &all(),
+            vec![marked("KVStore.data.example.com")],
+        )
+        .expect("its own kind");
+        check(&policy, KV, "ns", &all(), vec![marked("App.wasmop.dev")]).expect("its own kind");
+        for (parent, mark) in [
+            (kvstore, "App.wasmop.dev"),
+            (KV, "KVStore.data.example.com"),
+        ] {
+            let err = check(&policy, parent, "ns", &all(), vec![marked(mark)])
+                .expect_err("another kind's mark");
+            assert_eq!(err.rule, "wasmop/metadata", "{err}");
+            assert!(
+                err.reason
+                    .starts_with("spec.template.metadata.labels[\"wasmop.dev/parent-kind\"]"),
+                "{err}"
             );
         }
     }
@@ -870,13 +963,13 @@ mod tests {
         });
         check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             vec![sa, uses.clone()],
         )
         .expect("own SA");
-        let err = check(&PlanPolicy::default(), "kv", "ns", &all(), vec![uses])
+        let err = check(&PlanPolicy::default(), KV, "ns", &all(), vec![uses])
             .expect_err("SA not planned");
         assert_eq!(err.rule, "wasmop/serviceAccount");
 
@@ -892,13 +985,13 @@ mod tests {
         };
         let fine = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
         let none = BTreeSet::new();
-        check_job(&PlanPolicy::default(), "kv", "s1", &job(fine), &none, &none).expect("fine");
+        check_job(&PlanPolicy::default(), KV, "s1", &job(fine), &none, &none).expect("fine");
         let root = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0});
-        let err = check_job(&PlanPolicy::default(), "kv", "s1", &job(root), &none, &none)
+        let err = check_job(&PlanPolicy::default(), KV, "s1", &job(root), &none, &none)
             .expect_err("root");
         assert_eq!(err.rule, "podSecurity/runAsUser", "{err}");
         let cm = cm("not-a-job");
-        assert!(check_job(&PlanPolicy::default(), "kv", "s1", &cm, &none, &none).is_err());
+        assert!(check_job(&PlanPolicy::default(), KV, "s1", &cm, &none, &none).is_err());
     }
 
     /// A policy adding `kinds` (`(group, version, kind, plural)`).
@@ -946,7 +1039,7 @@ mod tests {
                 owns.push(format!("{spelling}/{kind}"));
                 let object = obj(json!({"apiVersion": spelling, "kind": kind,
                     "metadata": {"name": "x"}}));
-                let err = check(&policy, "kv", "ns", &owns, vec![object])
+                let err = check(&policy, KV, "ns", &owns, vec![object])
                     .expect_err(&format!("{spelling} {kind} passed"));
                 assert_eq!(err.rule, "wasmop/plan", "{spelling} {kind}: {err}");
             }
@@ -967,7 +1060,7 @@ mod tests {
         ];
         let err = check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &owns,
             vec![netpol.clone()],
@@ -985,7 +1078,7 @@ mod tests {
             ("", "v1", "Pod", "pods"),
             ("", "v1", "Secret", "secrets"),
         ]);
-        let guarded = check(&policy, "kv", "ns", &owns, vec![netpol]).expect("added by the policy");
+        let guarded = check(&policy, KV, "ns", &owns, vec![netpol]).expect("added by the policy");
         assert_eq!(guarded[0].kind.plural, "networkpolicies");
 
         // A pod spec that passes restricted, but for what each case changes.
@@ -1005,7 +1098,7 @@ mod tests {
             "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
                 "jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
         );
-        let err = check(&policy, "kv", "ns", &owns, vec![cronjob]).expect_err("privileged");
+        let err = check(&policy, KV, "ns", &owns, vec![cronjob]).expect_err("privileged");
         assert!(
             err.reason.starts_with(
                 "spec.jobTemplate.spec.template.spec.containers[0].securityContext.privileged"
@@ -1017,7 +1110,7 @@ mod tests {
             "spec": {"concurrencyPolicy": "Forbid",
                 "jobTemplate": {"metadata": {"labels": {"wasmop.dev/app": "other"}}}}}),
         );
-        let err = check(&policy, "kv", "ns", &owns, vec![labelled]).expect_err("host label");
+        let err = check(&policy, KV, "ns", &owns, vec![labelled]).expect_err("host label");
         assert!(
             err.reason.starts_with("spec.jobTemplate.metadata.labels"),
             "{err}"
@@ -1027,7 +1120,7 @@ mod tests {
         let pod = obj(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}),
         );
-        let err = check(&policy, "kv", "ns", &owns, vec![pod]).expect_err("hostPath");
+        let err = check(&policy, KV, "ns", &owns, vec![pod]).expect_err("hostPath");
         assert!(err.reason.starts_with("spec.volumes[0].hostPath"), "{err}");
 
         let token = obj(
@@ -1035,13 +1128,13 @@ mod tests {
             "annotations": {"kubernetes.io/service-account.name": "default"}},
             "type": "kubernetes.io/service-account-token"}),
         );
-        let err = check(&policy, "kv", "ns", &owns, vec![token]).expect_err("minted token");
+        let err = check(&policy, KV, "ns", &owns, vec![token]).expect_err("minted token");
         assert_eq!(err.rule, "wasmop/secret-type", "{err}");
         let opaque = obj(
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "o"},
             "type": "Opaque", "stringData": {"k": "v"}}),
         );
-        check(&policy, "kv", "ns", &owns, vec![opaque]).expect("an Opaque Secret");
+        check(&policy, KV, "ns", &owns, vec![opaque]).expect("an Opaque Secret");
     }
 
     /// Issue 38: extra kinds' bodies, checked through the whole plan (an autoscaler's target
@@ -1101,7 +1194,7 @@ mod tests {
             monitor(json!({"port": "metrics"})),
             hpa("web"),
         ];
-        check(&policy, "kv", "ns", &owns, good).expect("within the policy");
+        check(&policy, KV, "ns", &owns, good).expect("within the policy");
         let cases = [
             (
                 ingress(
@@ -1130,7 +1223,7 @@ mod tests {
         ];
         for (object, rule, message) in cases {
             let plan = vec![deployment("web", |_| {}), object];
-            let err = check(&policy, "kv", "ns", &owns, plan).expect_err(message);
+            let err = check(&policy, KV, "ns", &owns, plan).expect_err(message);
             assert_eq!(err.rule, rule, "{err}");
             assert!(err.to_string().starts_with(message), "{err}");
         }
@@ -1141,7 +1234,7 @@ mod tests {
         };
         let err = check(
             &default,
-            "kv",
+            KV,
             "ns",
             &owns,
             vec![ingress(json!({}), "kv.example.com")],
@@ -1413,7 +1506,7 @@ mod tests {
         };
         let mut passed = Vec::new();
         for (policy, object, rule, message) in cases {
-            match check(&policy, "kv", "ns", &owns, vec![cm("fine"), object]) {
+            match check(&policy, KV, "ns", &owns, vec![cm("fine"), object]) {
                 Ok(_) => passed.push(format!("{message}: accepted")),
                 Err(err) => {
                     let text = err.to_string();
@@ -1592,7 +1685,7 @@ mod tests {
         let mut wrong = Vec::new();
         for (object, rule, start, relaxed) in cases {
             let plan = vec![web.clone(), object];
-            match check(&extra, "kv", "ns", &owns, plan.clone()) {
+            match check(&extra, KV, "ns", &owns, plan.clone()) {
                 Ok(_) => wrong.push(format!("{start}: accepted")),
                 Err(err) => {
                     let text = err.to_string();
@@ -1601,7 +1694,7 @@ mod tests {
                     }
                 }
             }
-            if check(&open, "kv", "ns", &owns, plan).is_ok() != relaxed {
+            if check(&open, KV, "ns", &owns, plan).is_ok() != relaxed {
                 wrong.push(format!(
                     "{start}: the open policy does not decide as it should"
                 ));
@@ -1627,7 +1720,7 @@ mod tests {
         ];
         // (Distinct names: the StatefulSet, Job and affinity Deployment are all `evil` of
         // different kinds, which a plan may hold.)
-        check(&extra, "kv", "ns", &owns, fine).expect("within the defaults");
+        check(&extra, KV, "ns", &owns, fine).expect("within the defaults");
 
         // Backup Jobs get both rules; their check does not know the namespace, so a term may
         // name none.
@@ -1635,7 +1728,7 @@ mod tests {
         let job = |spec: Value| workload("batch/v1", "Job", spec);
         let err = check_job(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "s1",
             &job(json!({"parallelism": 65})),
             &none,
@@ -1647,15 +1740,8 @@ mod tests {
         named["spec"]["template"]["spec"]["affinity"] = json!({"podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname", "namespaces": ["ns"]}]}});
-        let err = check_job(
-            &PlanPolicy::default(),
-            "kv",
-            "s1",
-            &obj(named),
-            &none,
-            &none,
-        )
-        .expect_err("namespaces");
+        let err = check_job(&PlanPolicy::default(), KV, "s1", &obj(named), &none, &none)
+            .expect_err("namespaces");
         assert_eq!(err.rule, "wasmop/podAffinityNamespaces", "{err}");
     }
 
@@ -1687,7 +1773,7 @@ mod tests {
         let run = |volume: Value| {
             check_job(
                 &PlanPolicy::default(),
-                "kv",
+                KV,
                 "s1",
                 &job(volume),
                 &accounts,
@@ -1737,7 +1823,7 @@ mod tests {
         };
         check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             vec![claim.clone(), sts.clone(), mounts("kv-backups")],
@@ -1748,7 +1834,7 @@ mod tests {
         for name in ["data-kv-0", "data-billing-kv-0"] {
             let err = check(
                 &PlanPolicy::default(),
-                "kv",
+                KV,
                 "ns",
                 &all(),
                 vec![claim.clone(), sts.clone(), mounts(name)],
@@ -1758,7 +1844,7 @@ mod tests {
         }
         let err = check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             vec![sts.clone(), mounts("kv-backups")],
@@ -1783,7 +1869,7 @@ mod tests {
         });
         check(
             &PlanPolicy::default(),
-            "kv",
+            KV,
             "ns",
             &all(),
             vec![pinned.clone()],
@@ -1800,7 +1886,7 @@ mod tests {
             },
             ..PlanPolicy::default()
         };
-        check(&open, "kv", "ns", &all(), vec![pinned]).expect("the policy lists each");
+        check(&open, KV, "ns", &all(), vec![pinned]).expect("the policy lists each");
     }
 
     /// With Secrets allowed, pull secrets and a ServiceAccount's Secrets pass; a bare Pod's
@@ -1820,14 +1906,14 @@ mod tests {
         let pulls = deployment("d", |t| {
             t["spec"]["imagePullSecrets"] = json!([{"name": "r"}])
         });
-        check(&open, "kv", "ns", &owns, vec![sa, pulls]).expect("Secrets allowed");
+        check(&open, KV, "ns", &owns, vec![sa, pulls]).expect("Secrets allowed");
         let pod = |annotations: Value| {
             obj(json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "annotations": annotations}, "spec": deployment_spec()}))
         };
         check(
             &open,
-            "kv",
+            KV,
             "ns",
             &owns,
             vec![pod(json!({
@@ -1836,7 +1922,7 @@ mod tests {
         .expect("an allowed profile");
         let err = check(
             &open,
-            "kv",
+            KV,
             "ns",
             &owns,
             vec![pod(json!({"wasmop.dev/x": "y"}))],

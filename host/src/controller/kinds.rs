@@ -29,7 +29,8 @@ use serde::Serialize;
 use serde_json::Value;
 use wasmop_core::{
     kind::{self, Kind, plannable},
-    observed::{APP_LABEL, ObservedObject},
+    observed::{ObservedObject, labelled_for},
+    stamp::AppRef,
 };
 
 use crate::{
@@ -45,18 +46,19 @@ pub fn api_resource(kind: &Kind) -> kube::api::ApiResource {
     )
 }
 
-fn collect<K>(
-    out: &mut Vec<ObservedObject>,
-    store: &Store<K>,
-    namespace: &str,
-    app: &str,
-    app_uid: &str,
-) where
+/// Adds to `out` the objects of `store` labelled with `app` (its name and kind mark `mark`,
+/// [`labelled_for`]) in its namespace.
+fn collect<K>(out: &mut Vec<ObservedObject>, store: &Store<K>, app: &AppRef, mark: &str)
+where
     K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
 {
     for object in store.state() {
-        if object.namespace().as_deref() != Some(namespace)
-            || object.labels().get(APP_LABEL).map(String::as_str) != Some(app)
+        if object.namespace().as_deref() != Some(app.namespace.as_str())
+            || !labelled_for(
+                |key| object.labels().get(key).map(String::as_str),
+                &app.name,
+                mark,
+            )
         {
             continue;
         }
@@ -71,7 +73,7 @@ fn collect<K>(
             map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
         }
         // Ownership, backup slot and the managedFields cut as for every observed object.
-        out.extend(ObservedObject::from_value(json, app_uid));
+        out.extend(ObservedObject::from_value(json, &app.uid));
     }
 }
 
@@ -134,11 +136,12 @@ macro_rules! kind_table {
         }
 
         impl Stores {
-            /// Everything observed for the App `name` (uid `uid`) in `namespace`, sorted by
-            /// kind and name.
-            pub fn observe(&self, namespace: &str, name: &str, uid: &str) -> Vec<ObservedObject> {
+            /// Everything observed for `app` (a parent of any kind) in its namespace: the
+            /// objects labelled with its name and kind, sorted by kind and name.
+            pub fn observe(&self, app: &AppRef) -> Vec<ObservedObject> {
+                let mark = app.kind_mark();
                 let mut out = Vec::new();
-                $( collect(&mut out, &self.$field, namespace, name, uid); )*
+                $( collect(&mut out, &self.$field, app, &mark); )*
                 out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
                 out
             }
@@ -271,6 +274,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use serde::Deserialize as _;
+    use wasmop_core::observed::{APP_LABEL, PARENT_KIND_LABEL};
 
     use super::*;
 
@@ -339,6 +343,51 @@ mod tests {
         );
         cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
         assert!(crate::controller::reflect::owner_of(&cm).is_none());
+    }
+
+    /// An App and a KVStore named alike in one namespace: a Pod of the KVStore's (the kind label
+    /// beside the App label) triggers no App, and a Pod with the App label alone (an App's,
+    /// from its template or from before the kind label) or the App's kind triggers the App.
+    /// Owner references name the parent by kind and group, in any version.
+    #[test]
+    fn a_parent_of_another_kind_named_alike_triggers_no_app() {
+        use crate::controller::reflect::{app_of, controller_of, labelled_parent_of};
+        let marked = |kind: &str| {
+            let mut pod = pod("cache-0", "cache");
+            pod.labels_mut()
+                .insert(PARENT_KIND_LABEL.into(), kind.into());
+            pod
+        };
+        let kv = marked("KVStore.data.example.com");
+        assert!(app_of(&kv).is_none());
+        assert_eq!(
+            labelled_parent_of(&kv, "KVStore.data.example.com"),
+            Some("cache")
+        );
+        assert_eq!(labelled_parent_of(&kv, "KVStore.other.io"), None);
+        let old = pod("cache-0", "cache");
+        assert_eq!(names(app_of(&old).into_iter().collect()), ["cache"]);
+        assert_eq!(labelled_parent_of(&old, "KVStore.data.example.com"), None);
+        let app = marked(wasmop_core::observed::APP_KIND_MARK);
+        assert_eq!(names(app_of(&app).into_iter().collect()), ["cache"]);
+
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut cm = ConfigMap::default();
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "data.example.com/v2".into(),
+            kind: "KVStore".into(),
+            name: "cache".into(),
+            uid: "kv-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        assert!(crate::controller::reflect::owner_of(&cm).is_none());
+        assert_eq!(
+            controller_of(&cm, "data.example.com", "KVStore"),
+            Some("cache")
+        );
+        assert_eq!(controller_of(&cm, "other.io", "KVStore"), None);
     }
 
     /// Every kind a plan may hold is watched: the host observes what it applies, and prunes

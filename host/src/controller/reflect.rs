@@ -1,7 +1,8 @@
 //! Reflectors: a watch of one kind into a cache, each object trimmed before the cache holds it
 //! and the watch backed off on its own, plus the two keys that map an object to its App (its
-//! controlling owner reference, its `wasmop.dev/app` label). The App controller and the kind
-//! table both build on it.
+//! controlling owner reference, its `wasmop.dev/app` and `wasmop.dev/parent-kind` labels), for
+//! a parent of any kind (`controller_of`, `labelled_parent_of`) and for the `App` (`owner_of`,
+//! `app_of`). The App controller and the kind table both build on it.
 
 use futures::{Stream, StreamExt, future::BoxFuture};
 use kube::{
@@ -88,18 +89,41 @@ where
     })
 }
 
-/// The App that controls `object`: its controlling owner reference (`controller: true`), the
-/// one the host sets and the only one it counts as ownership (see `wasmop_core::observed`).
-pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let api_version = App::api_version(&());
+/// The name of the parent of `kind` in the API group `group` that controls `object`: its
+/// controlling owner reference (`controller: true`), the one the host sets and the only one it
+/// counts as ownership (see `wasmop_core::observed`), of any version of the kind.
+pub(crate) fn controller_of<'a, K: ResourceExt>(
+    object: &'a K,
+    group: &str,
+    kind: &str,
+) -> Option<&'a str> {
     let owner = object.owner_references().iter().find(|o| {
-        o.controller == Some(true) && o.kind == App::kind(&()) && o.api_version == api_version
+        let owner_group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        o.controller == Some(true) && o.kind == kind && owner_group == group
     })?;
-    Some(ObjectRef::new(&owner.name).within(&object.namespace()?))
+    Some(&owner.name)
 }
 
-/// The App named by `object`'s `wasmop.dev/app` label.
+/// The name of the parent whose kind mark is `kind_mark` that `object`'s labels name
+/// (`wasmop.dev/app`, with `wasmop.dev/parent-kind` naming that kind, or missing for an App:
+/// [`wasmop_core::observed::parent_name`]).
+pub(crate) fn labelled_parent_of<'a, K: ResourceExt>(
+    object: &'a K,
+    kind_mark: &str,
+) -> Option<&'a str> {
+    let labels = object.labels();
+    wasmop_core::observed::parent_name(|key| labels.get(key).map(String::as_str), kind_mark)
+}
+
+/// The App that controls `object` ([`controller_of`]).
+pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
+    let name = controller_of(object, &App::group(&()), &App::kind(&()))?;
+    Some(ObjectRef::new(name).within(&object.namespace()?))
+}
+
+/// The App named by `object`'s labels ([`labelled_parent_of`]): never when they name a parent
+/// of another kind with the same name.
 pub(crate) fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let name = object.labels().get(wasmop_core::observed::APP_LABEL)?;
+    let name = labelled_parent_of(object, wasmop_core::observed::APP_KIND_MARK)?;
     Some(ObjectRef::new(name).within(&object.namespace()?))
 }

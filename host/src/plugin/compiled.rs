@@ -3,16 +3,15 @@
 //! its `metadata` smoke call passed within the deadline.
 
 use std::{
-    any::Any,
     collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
-use wasmtime::component::{Component, InstancePre};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::{
     Capability, Digest, LoadError,
-    bindings::{self, exports::wasmop::plugin as guest},
+    bindings::{self, WitVersion},
     cache::Cache,
     compiler::CompileError,
     engine::PluginEngine,
@@ -32,6 +31,8 @@ pub struct CompiledPlugin {
     pub metadata: PluginMetadata,
     /// Capabilities the component exports (and its metadata confirms).
     pub capabilities: BTreeSet<Capability>,
+    /// The version of the `wasmop:plugin` WIT it was built for.
+    pub wit: WitVersion,
     /// How long compiling (or loading the cached artifact) took.
     pub compile_time: Duration,
     /// Whether the compiled artifact came from the on-disk cache.
@@ -43,13 +44,17 @@ pub struct CompiledPlugin {
     pub(super) exports: Exports,
 }
 
-/// Export indices of `metadata` and of each capability the component has, looked up once at
-/// load (`Exports::new`, in `call`, beside the calls that use them).
+/// Export indices of the functions of `metadata` and of each capability the component has,
+/// under the names of its WIT version, looked up once at load (`Exports::new`, in `call`,
+/// beside the calls that use them).
 pub(super) struct Exports {
-    pub metadata: guest::metadata::GuestIndices,
-    /// Each exported capability's `GuestIndices` of its interface, e.g.
-    /// `guest::health::GuestIndices` for [`Capability::Health`].
-    pub capabilities: BTreeMap<Capability, Box<dyn Any + Send + Sync>>,
+    /// The version whose names they are.
+    pub wit: WitVersion,
+    /// `metadata.get`.
+    pub metadata: ComponentExportIndex,
+    /// Each exported capability's one function, e.g. `health.check` for
+    /// [`Capability::Health`].
+    pub capabilities: BTreeMap<Capability, ComponentExportIndex>,
 }
 
 /// The first eight bytes of a binary component (magic, then layer 1 version 0x0d).
@@ -154,7 +159,7 @@ impl CompiledPlugin {
         };
         let compile_time = start.elapsed().saturating_sub(waited_for_slot);
 
-        let exported = check_world(engine, source_ref, &component)?;
+        let (wit, exported) = check_world(engine, source_ref, &component)?;
         let incompatible = |reason: String| LoadError::IncompatibleWorld {
             source_ref: source_ref.to_string(),
             reason,
@@ -164,7 +169,7 @@ impl CompiledPlugin {
             .instantiate_pre(&component)
             .map_err(|err| incompatible(format!("its imports cannot be satisfied: {err:#}")))?;
         let exports =
-            Exports::new(&pre, &exported).map_err(|err| incompatible(format!("{err:#}")))?;
+            Exports::new(&pre, wit, &exported).map_err(|err| incompatible(format!("{err:#}")))?;
 
         let placeholder = PluginMetadata {
             name: source_ref.to_string(),
@@ -172,12 +177,15 @@ impl CompiledPlugin {
             description: String::new(),
             owns: Vec::new(),
             observes: Vec::new(),
+            config_schema: None,
+            printer_columns: Vec::new(),
         };
         let mut plugin = Self {
             digest,
             size: bytes.len(),
             metadata: placeholder,
             capabilities: exported,
+            wit,
             compile_time,
             from_cache,
             uncached: None,
@@ -188,6 +196,9 @@ impl CompiledPlugin {
             plugin: format!("{source_ref}@{}", plugin.digest.short()),
             app: String::new(),
         };
+        plugin
+            .typecheck_exports(engine, tags.clone())
+            .map_err(incompatible)?;
         let (metadata, claimed) = plugin
             .call_metadata(engine, &CallLimits::default(), tags)
             .map_err(|source| LoadError::Validation {
@@ -226,12 +237,13 @@ fn join(set: &BTreeSet<Capability>) -> String {
 }
 
 /// Reads the component's exports: `metadata` is required, every `wasmop:plugin` export must be
-/// of this host's version, and the other capability interfaces present are the capabilities.
+/// of one version the host loads ([`WitVersion::LOADED`]), and the other capability interfaces
+/// present are the capabilities.
 fn check_world(
     engine: &PluginEngine,
     source_ref: &str,
     component: &Component,
-) -> Result<BTreeSet<Capability>, LoadError> {
+) -> Result<(WitVersion, BTreeSet<Capability>), LoadError> {
     let incompatible = |reason: String| LoadError::IncompatibleWorld {
         source_ref: source_ref.to_string(),
         reason,
@@ -244,18 +256,29 @@ fn check_world(
     let prefix = format!("{}/", bindings::PACKAGE);
     let mut capabilities = BTreeSet::new();
     let mut has_metadata = false;
+    let mut wit: Option<(WitVersion, &str)> = None;
     for name in &names {
         let Some(rest) = name.strip_prefix(&prefix) else {
             continue;
         };
         let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-        if version != bindings::WORLD_VERSION {
+        let Some(version) = WitVersion::parse(version) else {
             return Err(incompatible(format!(
                 "it exports {name}, built for {}@{version}; this host speaks {}@{}",
                 bindings::PACKAGE,
                 bindings::PACKAGE,
-                bindings::WORLD_VERSION
+                WitVersion::loaded()
             )));
+        };
+        match wit {
+            Some((first, first_name)) if first != version => {
+                return Err(incompatible(format!(
+                    "it exports {first_name} and {name}: one component speaks one version of {}",
+                    bindings::PACKAGE
+                )));
+            }
+            Some(_) => {}
+            None => wit = Some((version, name)),
         }
         match interface {
             "metadata" => has_metadata = true,
@@ -276,8 +299,9 @@ fn check_world(
         return Err(incompatible(format!(
             "it does not export {}/metadata@{} (it exports {found})",
             bindings::PACKAGE,
-            bindings::WORLD_VERSION
+            WitVersion::loaded()
         )));
     }
-    Ok(capabilities)
+    let wit = wit.map_or(WitVersion::V0_2, |(version, _)| version);
+    Ok((wit, capabilities))
 }

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use wasmop_core::{Answer, Failure, PluginCalls};
 
 use super::{
-    Capability, call::ComponentCall, compile::CompiledPlugin, engine::PluginEngine,
+    Capability, call::ComponentCall, compiled::CompiledPlugin, engine::PluginEngine,
     input::AppContext, limits::CallLimits, registry::LoadedPlugin, sandbox::CallTags,
 };
 

@@ -1,6 +1,6 @@
 //! The one wasmtime Engine of the host: component model, Cranelift, pooling allocator, epoch
 //! interruption for deadlines, and the Linker with WASI (deny-by-default, its monotonic clock
-//! bounded by the call's deadline) and the `log` import.
+//! bounded by the call's deadline) and the `log` import (of each WIT version the host loads).
 
 use std::{
     hash::{DefaultHasher, Hash, Hasher},
@@ -14,7 +14,7 @@ use wasmtime::{
 };
 
 use super::{
-    bindings::wasmop::plugin::log,
+    bindings::{self, wasmop::plugin::log},
     budget::MemoryBudget,
     clock,
     compiler::{self, Compiler},
@@ -92,6 +92,7 @@ impl PluginEngine {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         clock::add_to_linker(&mut linker, CallState::clock)?;
         log::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        bindings::add_log_v0_1(&mut linker)?;
 
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);

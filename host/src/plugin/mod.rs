@@ -1,7 +1,7 @@
 //! The lifecycle of a plugin, one stage per module, Kubewarden-style:
 //!
 //! 1. [`source`]: fetch the bytes from an OCI registry, a ConfigMap or a file;
-//! 2. [`digest`] and [`compile`]: verify what arrived is a component of our world, compile it
+//! 2. [`digest`] and [`compiled`]: verify what arrived is a component of our world, compile it
 //!    (or load it from the on-disk [`cache`]) and validate it with a smoke call;
 //! 3. [`registry`]: swap it in atomically beside the version in service, keeping the last good
 //!    one when the new one fails;
@@ -16,8 +16,8 @@ pub mod cache;
 pub mod call;
 pub mod charge;
 pub mod clock;
-pub mod compile;
 pub mod compile_queue;
+pub mod compiled;
 pub mod compiler;
 pub mod component_calls;
 pub mod digest;

@@ -138,11 +138,15 @@ pub(super) async fn diff(
             .unwrap_or_default()
             .to_string()
     };
-    let (namespace, app_name, app_uid) = (
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-        text("/metadata/uid"),
-    );
+    let app = wasmop_core::stamp::AppRef {
+        api_version: text("/apiVersion"),
+        kind: text("/kind"),
+        name: text("/metadata/name"),
+        namespace: text("/metadata/namespace"),
+        uid: text("/metadata/uid"),
+        generation: None,
+    };
+    let namespace = app.namespace.clone();
     let mut out = String::new();
     let dry_run = PatchParams::apply(FIELD_MANAGER).force().dry_run();
     // Read everything first: the host refuses the whole plan if any planned object exists and
@@ -180,7 +184,7 @@ pub(super) async fn diff(
         .filter(|(_, key, _, current)| {
             current
                 .as_ref()
-                .is_some_and(|c| !is_managed_by(c, key, &app_uid, &app_name))
+                .is_some_and(|c| !is_managed_by(c, key, &app))
         })
         .map(|(_, key, _, _)| key)
         .collect();

@@ -1,9 +1,10 @@
 //! `wasmop plugin ...`: the plugin author's loop — scaffold, build, inspect, run against
-//! fixtures, push, pull — one module per subcommand. Everything runs the host's own pipeline
-//! (verify, compile, validate, sandboxed calls, guard, the decision core), so what passes here
-//! behaves the same in the host.
+//! fixtures, push, pull — and the platform team's `crd`, one module per subcommand. Everything
+//! runs the host's own pipeline (verify, compile, validate, sandboxed calls, guard, the decision
+//! core), so what passes here behaves the same in the host.
 
 mod build;
+pub mod crd;
 mod diff;
 mod inspect;
 mod oci;
@@ -18,7 +19,7 @@ use serde_json::Value;
 
 use crate::{
     cli::PluginCommand,
-    plugin::{Digest, compile::CompiledPlugin, engine::PluginEngine},
+    plugin::{Digest, compiled::CompiledPlugin, engine::PluginEngine},
 };
 
 /// Runs one `wasmop plugin` subcommand.
@@ -29,6 +30,26 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             blocking(move || build::build(&path.unwrap_or_else(|| PathBuf::from(".")))).await
         }
         PluginCommand::Inspect { plugin, json } => inspect::inspect(&plugin, json).await,
+        PluginCommand::Crd {
+            plugin,
+            group,
+            kind,
+            version,
+            plural,
+            short_names,
+            scope,
+            output,
+        } => {
+            let request = crd::CrdRequest {
+                group,
+                kind,
+                version,
+                plural,
+                short_names,
+                scope,
+            };
+            crd::crd(&plugin, request, output).await
+        }
         PluginCommand::Run {
             plugin,
             app,

@@ -1,4 +1,5 @@
-//! `plugin run --capability reconcile`: the host's decision for one App, from files.
+//! `plugin run --capability reconcile`: the host's decision for one App (or an instance of any
+//! kind bound to a plugin), from files.
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -6,8 +7,8 @@ use wasmop_core::guard;
 
 use crate::{
     plugin::{
-        Capability, compile::CompiledPlugin, component_calls::ComponentCalls, engine::PluginEngine,
-        input::AppContext, limits::CallLimits,
+        Capability, compiled::CompiledPlugin, component_calls::ComponentCalls,
+        engine::PluginEngine, input::AppContext, limits::CallLimits,
     },
     reconcile::prepare::plugin_status_of,
 };
@@ -66,6 +67,7 @@ pub(super) fn reconcile_once(run: ReconcileOnce<'_>) -> anyhow::Result<Value> {
         policy: run.policy.clone(),
         policy_name: run.policy_name.to_string(),
         app: app_ref.name.clone(),
+        kind_mark: app_ref.kind_mark(),
         namespace: app_ref.namespace.clone(),
         owns: metadata.owns.clone(),
         // RBAC bindings are not read here (`--live` included): the host refuses a planned

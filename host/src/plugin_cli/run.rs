@@ -165,8 +165,16 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
         );
     }
     let mut app = apps.remove(0);
-    if app.get("kind").and_then(Value::as_str) != Some("App") {
-        bail!("{}: kind must be App", app_path.display());
+    // An App or an instance of a kind bound to a plugin: its apiVersion and kind are the
+    // parent's, which owner references and the parent-kind label name.
+    for field in ["apiVersion", "kind"] {
+        if app
+            .get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            bail!("{}: the object has no {field}", app_path.display());
+        }
     }
     // The host hands plugins the App as the API server stores it: with namespace and uid.
     let metadata = app
@@ -188,6 +196,19 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
         .and_then(Value::as_str)
         .context("the App has no metadata.name")?
         .to_string();
+    let kind_mark = wasmop_core::stamp::AppRef {
+        api_version: app["apiVersion"].as_str().unwrap_or_default().to_string(),
+        kind: app["kind"].as_str().unwrap_or_default().to_string(),
+        name: app_name.clone(),
+        namespace: namespace.clone(),
+        uid: String::new(),
+        generation: None,
+    }
+    .kind_mark();
+    let parent = guard::ParentLabels {
+        name: &app_name,
+        kind_mark: &kind_mark,
+    };
     let desired = app
         .pointer("/spec/version")
         .and_then(Value::as_str)
@@ -253,7 +274,7 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
         )?;
         let guarded = guard::check(
             policy,
-            &app_name,
+            parent,
             &namespace,
             &compiled.metadata.owns,
             plan.objects,
@@ -300,7 +321,7 @@ fn run_sync(plugin: &str, bytes: &[u8], request: &RunRequest) -> anyhow::Result<
                 .map(str::to_string)
                 .chain(planned_claims)
                 .collect();
-            guard::check_job(policy, &app_name, slot, job, &accounts, &claims)?;
+            guard::check_job(policy, parent, slot, job, &accounts, &claims)?;
         }
         out.insert(
             "backup".into(),

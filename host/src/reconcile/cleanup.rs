@@ -16,7 +16,11 @@ use kube::{
     runtime::controller::Action,
 };
 use wasmop_core::{
-    Deletion, Finalizer, Snapshot, decide::NoPlugin, decide_deletion, observed::ObservedObject,
+    Deletion, Finalizer, Snapshot,
+    decide::NoPlugin,
+    decide_deletion,
+    observed::{ObservedObject, labelled_for},
+    stamp::AppRef,
 };
 
 use super::{
@@ -46,11 +50,11 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
         Resolved::Serving { plugin, loaded, .. } => (plugin, Some(loaded)),
     };
     let app_ref = app_ref(app);
-    let mut observed = ctx.stores.observe(&namespace, &app_ref.name, &app_ref.uid);
+    let mut observed = ctx.stores.observe(&app_ref);
     // The claims as the API server has them now, not as the cache last saw them: a claim a
     // workload made just before it stopped must be among those `finalize` decides about.
     observed.retain(|o| !(o.api_version == "v1" && o.kind == "PersistentVolumeClaim"));
-    let claims = list_claims(ctx, &namespace, &app_ref.name, &app_ref.uid)
+    let claims = list_claims(ctx, &app_ref)
         .await
         .map_err(|source| Error::Kube {
             app: key.clone(),
@@ -100,27 +104,31 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     perform(app, ctx, &namespace, deletion).await
 }
 
-/// The claims labelled with the App, listed from the API server.
-async fn list_claims(
-    ctx: &Context,
-    namespace: &str,
-    app: &str,
-    uid: &str,
-) -> Result<Vec<ObservedObject>, kube::Error> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+/// The claims labelled with the App (by name and kind, [`wasmop_core::observed`]), listed
+/// from the API server.
+async fn list_claims(ctx: &Context, app: &AppRef) -> Result<Vec<ObservedObject>, kube::Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &app.namespace);
     let listed = api
-        .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
+        .list(&ListParams::default().labels(&format!("{APP_LABEL}={}", app.name)))
         .await?;
+    let mark = app.kind_mark();
     Ok(listed
         .items
         .into_iter()
+        .filter(|claim| {
+            labelled_for(
+                |k| claim.labels().get(k).map(String::as_str),
+                &app.name,
+                &mark,
+            )
+        })
         .filter_map(|claim| {
             let mut json = serde_json::to_value(claim).ok()?;
             if let Some(map) = json.as_object_mut() {
                 map.insert("apiVersion".into(), "v1".into());
                 map.insert("kind".into(), "PersistentVolumeClaim".into());
             }
-            ObservedObject::from_value(json, uid)
+            ObservedObject::from_value(json, &app.uid)
         })
         .collect())
 }

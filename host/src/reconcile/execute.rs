@@ -24,7 +24,8 @@ use wasmop_core::{
     decide::{self, NoPlugin},
     guard::PlanPolicy,
     object::PluginObject,
-    observed::{APP_LABEL, ObservedObject},
+    observed::{ObservedObject, labelled_for},
+    stamp::AppRef,
 };
 
 use super::{Context, Error, app_key, prepare::Prepared, status};
@@ -176,6 +177,7 @@ pub async fn execute(
         .collect();
     let writer = Writer {
         app,
+        parent: &snapshot.app,
         ctx,
         rules,
         claims,
@@ -243,6 +245,8 @@ const IN_FLIGHT: usize = 4;
 /// What every write of one decision needs.
 struct Writer<'a> {
     app: &'a App,
+    /// The App's identity: the parent its objects are stamped with.
+    parent: &'a AppRef,
     ctx: &'a Context,
     /// The namespace's rules (kinds), `None` for a decision without a plugin (no writes).
     rules: Option<&'a PlanPolicy>,
@@ -251,8 +255,6 @@ struct Writer<'a> {
 }
 
 async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteError> {
-    let app = w.app;
-    let uid = app.uid().unwrap_or_default();
     // Ours means controlled by this App (owner reference with its uid): a label anyone in the
     // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
     // outlive the App), so for them the label is all there is. Only objects the App does not
@@ -272,7 +274,7 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
     for (key, read) in reads {
         match read {
             Ok(None) => {}
-            Ok(Some(existing)) if is_managed_by(&existing, key, &uid, &app.name_any()) => {}
+            Ok(Some(existing)) if is_managed_by(&existing, key, w.parent) => {}
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
                     wasmop_core::conditions::reason::PLAN_REJECTED,
@@ -335,7 +337,7 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
     }
     let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
-    let app = w.app.name_any();
+    let (app, mark) = (&w.parent.name, w.parent.kind_mark());
     let reads: Vec<_> = names
         .iter()
         .map(|(set, claim)| {
@@ -348,7 +350,11 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
         match read {
             Ok(None) => {}
             Ok(Some(existing))
-                if existing.labels().get(APP_LABEL).map(String::as_str) == Some(app.as_str()) => {}
+                if labelled_for(
+                    |key| existing.labels().get(key).map(String::as_str),
+                    app,
+                    &mark,
+                ) => {}
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
                     wasmop_core::conditions::reason::PLAN_REJECTED,
@@ -370,9 +376,9 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
     Ok(())
 }
 
-/// Whether `existing` (the object `key`) is the App's (uid `uid`, name `name`) to update, by
-/// the decision core's adoption rule ([`ObservedObject::is_managed_by`]).
-pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, uid: &str, name: &str) -> bool {
+/// Whether `existing` (the object `key`) is `app`'s to update, by the decision core's
+/// adoption rule ([`ObservedObject::is_managed_by`]).
+pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, app: &AppRef) -> bool {
     let Ok(mut json) = serde_json::to_value(existing) else {
         return false;
     };
@@ -380,7 +386,7 @@ pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, uid: &str, name:
         map.insert("apiVersion".into(), key.api_version.clone().into());
         map.insert("kind".into(), key.kind.clone().into());
     }
-    ObservedObject::from_value(json, uid).is_some_and(|o| o.is_managed_by(name))
+    ObservedObject::from_value(json, &app.uid).is_some_and(|o| o.is_managed_by(app))
 }
 
 /// `key` as the API server has it, if it exists.
@@ -440,7 +446,9 @@ async fn delete(w: &Writer<'_>, key: &ObjectKey, what: &str) -> Result<(), Write
 }
 
 /// Creates the backup Job of `slot`; one that already exists (the API server's 409) is the same
-/// slot's, left as it is.
+/// slot's, left as it is, when the App owns it. Job names are `<app>-backup-<slot>` and a plugin
+/// picks its slots, so App `db`'s slot `x-backup-y` names the Job of App `db-backup-x`'s slot
+/// `y`: a Job of that name the App does not own is refused, not taken for its own backup.
 async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result<(), WriteError> {
     let what = || format!("starting the backup Job of slot {slot}");
     let job: Job = serde_json::to_value(job)
@@ -458,7 +466,30 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
             w.ctx.metrics.wrote("create", "Job");
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let name = job.metadata.name.clone().unwrap_or_default();
+            let existing = api.get(&name).await.map_err(|source| WriteError::Kube {
+                what: what(),
+                source,
+            })?;
+            let uid = w.app.metadata.uid.as_deref();
+            let ours = existing
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| Some(r.uid.as_str()) == uid);
+            if ours {
+                Ok(())
+            } else {
+                Err(WriteError::Refused(Failure::new(
+                    wasmop_core::conditions::reason::PLAN_REJECTED,
+                    format!(
+                        "backup of slot {slot}: Job {name} already exists and is not this App's"
+                    ),
+                )))
+            }
+        }
         Err(source) => Err(WriteError::Kube {
             what: what(),
             source,

@@ -6,6 +6,7 @@ use serde_json::Value;
 pub use wasmop_core::observed::{
     APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
 };
+use wasmop_core::{observed::labelled_for, stamp::AppRef};
 
 /// Why objects of a policy's extra kind could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -26,25 +27,25 @@ pub struct ExtraKindError {
 }
 
 /// Objects of `kinds` (a policy's extra kinds that the plugin declares) labelled with the App
-/// `app` (uid `uid`) in `namespace`. The host keeps no cache of these (the policy decides
-/// which there are); one labelled list per kind per reconcile reads them from the API server,
-/// and a change to one is seen at the App's next reconcile rather than at once.
+/// `app` in its namespace (by name and kind, [`wasmop_core::observed`]). The host keeps no
+/// cache of these (the policy decides which there are); one labelled list per kind per
+/// reconcile reads them from the API server, and a change to one is seen at the App's next
+/// reconcile rather than at once.
 pub async fn observe_extra(
     client: &kube::Client,
-    namespace: &str,
-    app: &str,
-    uid: &str,
+    app: &AppRef,
     kinds: &[&wasmop_core::kind::Kind],
 ) -> Result<Vec<ObservedObject>, ExtraKindError> {
     use kube::api::{Api, DynamicObject, ListParams};
 
     use crate::controller::kinds::api_resource;
+    let (namespace, uid, mark) = (app.namespace.as_str(), app.uid.as_str(), app.kind_mark());
     let mut out = Vec::new();
     for kind in kinds {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &api_resource(kind));
         let list = api
-            .list(&ListParams::default().labels(&format!("{APP_LABEL}={app}")))
+            .list(&ListParams::default().labels(&format!("{APP_LABEL}={}", app.name)))
             .await
             .map_err(|source| ExtraKindError {
                 kind: format!("{}/{}", kind.api_version(), kind.kind),
@@ -53,6 +54,13 @@ pub async fn observe_extra(
                 source,
             })?;
         for object in list.items {
+            if !labelled_for(
+                |k| object.labels().get(k).map(String::as_str),
+                &app.name,
+                &mark,
+            ) {
+                continue;
+            }
             let owned = object
                 .owner_references()
                 .iter()

@@ -15,7 +15,7 @@ use super::{Context, fetch};
 use crate::{
     app::App,
     plugin::{
-        Capability, compile::CompiledPlugin, component_calls::ComponentCalls, input::AppContext,
+        Capability, compiled::CompiledPlugin, component_calls::ComponentCalls, input::AppContext,
         limits::CallLimits, registry::LoadedPlugin, source::SourceRef,
     },
     policy::{Resolution, Rules},
@@ -69,7 +69,10 @@ pub enum Prepared {
 
 /// The App's identity, as the decision core stamps it.
 pub fn app_ref(app: &App) -> AppRef {
+    use kube::Resource as _;
     AppRef {
+        api_version: App::api_version(&()).into_owned(),
+        kind: App::kind(&()).into_owned(),
         name: app.name_any(),
         namespace: app.namespace().unwrap_or_default(),
         uid: app.uid().unwrap_or_default(),
@@ -205,7 +208,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         } => (plugin, loaded, governing),
     };
 
-    let mut observed = ctx.stores.observe(namespace, &app_ref.name, &app_ref.uid);
+    let mut observed = ctx.stores.observe(&app_ref);
     let metadata = &loaded.compiled.metadata;
     let extra: Vec<&Kind> = governing
         .rules
@@ -218,9 +221,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         })
         .collect();
     if !extra.is_empty() {
-        match fetch::observe_extra(&ctx.client, namespace, &app_ref.name, &app_ref.uid, &extra)
-            .await
-        {
+        match fetch::observe_extra(&ctx.client, &app_ref, &extra).await {
             Ok(objects) => {
                 // An extra kind the caches hold too (a bare Pod, under `extraKinds: [v1/Pod]`):
                 // the listing has the whole object, the cache a trimmed copy
@@ -266,6 +267,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         policy: governing.rules.plan.clone(),
         policy_name: governing.name.clone(),
         app: app_ref.name.clone(),
+        kind_mark: app_ref.kind_mark(),
         namespace: namespace.clone(),
         owns: metadata.owns.clone(),
         bound,

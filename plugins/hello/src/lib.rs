@@ -23,19 +23,26 @@ use wasmop_sdk::k8s_openapi::api::core::v1::{
 };
 use wasmop_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use wasmop_sdk::objects::{Scope, ServiceBuilder};
+use wasmop_sdk::schemars::{self, JsonSchema};
 use wasmop_sdk::{Error, Metadata, Plan, PlanInput, Plugin, Result, SpecDiff};
 
 /// Port the echo server listens on.
 const PORT: i32 = 5678;
 
-/// `spec.config` of a hello App. Every field has a default, so `config` may
-/// be left out entirely.
-#[derive(Debug, Deserialize)]
+/// The configuration of a hello echo server: a hello App's `spec.config`, or
+/// the `spec` of a kind bound to the plugin. Every field has a default, so it
+/// may be left out entirely.
+// Doc comments are what `kubectl explain` shows for a kind bound to the plugin, and the
+// `#[schemars(...)]` limits are enforced by the API server there (`Plugin::validate` still
+// checks them, for an App).
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// What the server answers.
+    /// The text every HTTP request is answered with.
+    #[schemars(length(min = 1))]
     pub message: String,
-    /// How many servers.
+    /// How many echo servers run (Deployment replicas), at least 1.
+    #[schemars(range(min = 1))]
     pub replicas: i32,
 }
 
@@ -293,5 +300,25 @@ mod tests {
         assert_eq!(metadata.name, "hello");
         assert_eq!(metadata.capabilities, [Capability::SpecDiff]);
         assert_eq!(metadata.owns.len(), 2);
+    }
+
+    /// The schema a CRD made for the plugin gets: the fields' docs and limits.
+    #[test]
+    fn the_config_schema_documents_and_bounds_each_field() {
+        let schema = Fixture::config_schema::<Hello>()
+            .expect("the host would load it")
+            .expect("a schema");
+        let fields = &schema["properties"];
+        assert_eq!(
+            fields["message"]["description"],
+            "The text every HTTP request is answered with."
+        );
+        assert_eq!(fields["message"]["minLength"], 1);
+        assert_eq!(fields["replicas"]["minimum"], 1);
+        assert_eq!(fields["replicas"]["default"], 1);
+        assert!(
+            schema.get("required").is_none(),
+            "every field has a default"
+        );
     }
 }

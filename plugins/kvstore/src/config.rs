@@ -5,6 +5,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 use wasmop_sdk::k8s_openapi::api::core::v1::ResourceRequirements;
 use wasmop_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use wasmop_sdk::schemars::{self, JsonSchema};
 use wasmop_sdk::{Error, Result, Schedule};
 
 /// Most replicas one App may ask for. Replication is full-copy from the
@@ -26,59 +27,71 @@ const POLICIES: &[&str] = &[
     "volatile-ttl",
 ];
 
-/// The kvstore configuration. Every field has a default, so `config: {}`
-/// gives a 3-replica store with 1Gi volumes and no backups.
+/// The configuration of a kvstore, a replicated Valkey: an App's `spec.config`,
+/// or the whole `spec` (beside `version`) of a kind bound to kvstore. Every
+/// field has a default, so an empty configuration gives a 3-replica store with
+/// 1Gi volumes and no backups.
 ///
 /// ```yaml
-/// config:
-///   replicas: 3
-///   image: valkey/valkey          # the tag is spec.version
-///   storage: 1Gi
-///   storageClassName: standard
-///   resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 256Mi}}
-///   maxmemory: 200mb
-///   maxmemoryPolicy: allkeys-lru
-///   backup: {schedule: "0 */6 * * *", retain: 5, storage: 2Gi}
-///   retention: Retain             # or Delete: what happens to data PVCs on deletion
+/// replicas: 3
+/// image: valkey/valkey          # the tag is the version
+/// storage: 1Gi
+/// storageClassName: standard
+/// resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 256Mi}}
+/// maxmemory: 200mb
+/// maxmemoryPolicy: allkeys-lru
+/// backup: {schedule: "0 */6 * * *", retain: 5, storage: 2Gi}
+/// retention: Retain             # or Delete: what happens to data PVCs on deletion
 /// ```
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+// The doc comments are the schema's descriptions (what `kubectl explain` shows for a kind bound
+// to kvstore), so they are written for the people who write the configuration; the
+// `#[schemars(...)]` limits repeat those `Config::validate` checks, so the API server refuses such
+// a configuration at `kubectl apply` (validate still checks an App's `spec.config`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
-    /// Number of Pods; Pod 0 is the primary, the rest replicate from it.
+    /// Number of Valkey Pods, 1 to 15: Pod 0 is the primary, the others
+    /// replicate from it.
+    #[schemars(range(min = 1, max = MAX_REPLICAS))]
     pub replicas: i32,
-    /// Image repository, without a tag.
+    /// Image repository, without a tag or digest: the tag is `version`.
+    #[schemars(length(min = 1))]
     pub image: String,
-    /// Size of each replica's data volume.
+    /// Size of each replica's data volume, e.g. `1Gi`.
     pub storage: String,
     /// StorageClass of data and backup volumes; the cluster default if unset.
     pub storage_class_name: Option<String>,
-    /// Container resources.
+    /// Resources of the Valkey container.
+    #[schemars(schema_with = "resources_schema")]
     pub resources: ResourceRequirements,
-    /// Valkey `maxmemory` (e.g. `200mb`); unbounded if unset.
+    /// Valkey `maxmemory`, e.g. `200mb`; unbounded if unset.
     pub maxmemory: Option<String>,
-    /// Valkey `maxmemory-policy`.
+    /// Valkey `maxmemory-policy`: which keys go when `maxmemory` is reached.
+    #[schemars(extend("enum" = POLICIES))]
     pub maxmemory_policy: String,
     /// Scheduled backups; none if unset.
     pub backup: Option<BackupConfig>,
-    /// What happens to the data volumes when the App is deleted.
+    /// What happens to the data volumes when the store is deleted.
     pub retention: Retention,
 }
 
 /// Scheduled backups.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct BackupConfig {
     /// Cron schedule, UTC: 5 fields, or a shorthand such as `@daily`.
     pub schedule: String,
-    /// How many successful backups to keep.
+    /// How many successful backups to keep, 1 to 100.
+    #[schemars(range(min = 1, max = MAX_RETAIN))]
     pub retain: u32,
-    /// Size of the backups volume the plugin creates.
+    /// Size of the backups volume the plugin creates, e.g. `2Gi`.
     pub storage: String,
     /// Use this existing PVC instead of creating `<app>-backups`. Backups on
     /// it outlive the App; the created one is deleted with the App (but kept
     /// while the App lives, even if backups are switched off). The host lets
     /// backup Jobs mount only the App's own claims, so label it
     /// `wasmop.dev/app=<app>` (finalize never deletes it: only data claims).
+    #[schemars(length(min = 1))]
     pub claim_name: Option<String>,
     /// A tick missed by more than this many minutes (the store was down) is
     /// skipped rather than run late.
@@ -86,13 +99,40 @@ pub struct BackupConfig {
 }
 
 /// Retention of data volumes on deletion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 pub enum Retention {
     /// Keep the PVCs (and the data) after the App is deleted.
     #[default]
     Retain,
     /// Delete the PVCs with the App.
     Delete,
+}
+
+/// The schema of [`Config::resources`]: a container's `resources` in short. k8s-openapi's own
+/// schema of `ResourceRequirements` carries the API reference's long descriptions (of
+/// `Quantity` alone 3 KB) and costs the component 10 KB; this one validates the same
+/// quantities (`x-kubernetes-int-or-string`, as k8s-openapi's) in a few hundred bytes.
+fn resources_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "limits": {
+                "description": "Most of each resource the container may use, e.g. `memory: 256Mi`.",
+                "type": "object",
+                "additionalProperties": {"x-kubernetes-int-or-string": true},
+            },
+            "requests": {
+                "description": "What the scheduler reserves for the container, e.g. `cpu: 100m`.",
+                "type": "object",
+                "additionalProperties": {"x-kubernetes-int-or-string": true},
+            },
+            "claims": {
+                "description": "Dynamic resource claims the container uses (Kubernetes' ResourceClaim).",
+                "type": "array",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            },
+        },
+    })
 }
 
 impl Default for Config {
@@ -336,6 +376,37 @@ mod tests {
                 .expect_err(&value.to_string());
             assert_eq!(err.field(), Some(field), "{value}: {err}");
         }
+    }
+
+    /// The schema a CRD made for kvstore gets (`wasmop plugin crd`): the docs, and the limits
+    /// `validate` checks, for the API server to enforce.
+    #[test]
+    fn the_schema_documents_and_bounds_the_config() {
+        let schema = wasmop_sdk::testing::Fixture::config_schema::<crate::Kvstore>()
+            .expect("the host would load it")
+            .expect("a schema");
+        let fields = &schema["properties"];
+        let replicas = &fields["replicas"];
+        assert!(
+            replicas["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Number of Valkey Pods")),
+            "{replicas}"
+        );
+        assert_eq!(replicas["type"], "integer");
+        assert_eq!(
+            (&replicas["minimum"], &replicas["maximum"]),
+            (&json!(1), &json!(MAX_REPLICAS))
+        );
+        assert_eq!(replicas["default"], 3);
+        let backup = &fields["backup"];
+        assert_eq!(backup["nullable"], true);
+        assert_eq!(backup["properties"]["retain"]["maximum"], MAX_RETAIN);
+        assert_eq!(fields["maxmemoryPolicy"]["enum"], json!(POLICIES));
+        assert_eq!(fields["retention"]["enum"], json!(["Retain", "Delete"]));
+        assert_eq!(fields["resources"]["type"], "object");
+        // Every limit in the schema is one validate holds too: its defaults pass both.
+        Config::default().validate().expect("defaults are valid");
     }
 
     #[test]

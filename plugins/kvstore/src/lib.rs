@@ -28,7 +28,7 @@ use wasmop_sdk::k8s_openapi::api::apps::v1::StatefulSet;
 use wasmop_sdk::k8s_openapi::api::batch::v1::Job;
 use wasmop_sdk::k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use wasmop_sdk::k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use wasmop_sdk::{Metadata, Plugin, Result};
+use wasmop_sdk::{ColumnType, Metadata, Plugin, Result};
 
 /// The plugin; each capability is implemented in its own module.
 pub struct Kvstore;
@@ -47,6 +47,18 @@ impl Plugin for Kvstore {
             .observes::<Pod>()
             .observes::<PersistentVolumeClaim>()
             .observes::<Job>()
+            .printer_column(
+                "Replicas",
+                ColumnType::Integer,
+                ".spec.replicas",
+                "Valkey Pods asked for",
+            )
+            .printer_column(
+                "Backups",
+                ColumnType::String,
+                ".spec.backup.schedule",
+                "Cron schedule of the backups",
+            )
     }
 
     fn validate(config: &config::Config) -> Result<()> {
@@ -199,6 +211,134 @@ mod reconcile_tests {
         assert!(second.writes_nothing(), "{second:#?}");
         assert_eq!(second.status, first.status);
         assert!(second.events.is_empty(), "{:?}", second.events);
+    }
+
+    /// [`fixtures::APP`] as an instance of a `KVStore` kind bound to kvstore: the same
+    /// config, as the whole `spec` beside `version`.
+    fn kvstore_instance() -> String {
+        let app: serde_json::Value = serde_json::from_str(fixtures::APP).expect("JSON");
+        let mut spec = app["spec"]["config"].clone();
+        spec["version"] = app["spec"]["version"].clone();
+        json!({
+            "apiVersion": "data.example.com/v1", "kind": "KVStore",
+            "metadata": {"name": "cache", "namespace": "shop", "uid": "kv-uid", "generation": 1},
+            "spec": spec,
+        })
+        .to_string()
+    }
+
+    /// kvstore serves an instance of a bound kind unchanged: its objects are owned by the
+    /// instance's own kind and uid and carry the kind label (their templates too, so the
+    /// Pods and claims are the KVStore's); the reconcile is idempotent.
+    #[test]
+    fn a_kvstore_kind_instance_reconciles_with_owners_and_labels_of_its_kind() {
+        let fixture = Fixture::new(kvstore_instance()).now("2025-01-02T07:00:00Z");
+        let first = fixture.reconcile::<Kvstore>().expect("reconciles");
+        assert!(!first.apply.is_empty(), "{first:#?}");
+        for object in &first.apply {
+            let object = object.to_value();
+            let labels = &object["metadata"]["labels"];
+            assert_eq!(labels["wasmop.dev/app"], "cache");
+            assert_eq!(labels["wasmop.dev/parent-kind"], "KVStore.data.example.com");
+            if object["kind"] != "PersistentVolumeClaim" {
+                let owner = &object["metadata"]["ownerReferences"][0];
+                assert_eq!(owner["apiVersion"], "data.example.com/v1", "{object}");
+                assert_eq!(owner["kind"], "KVStore", "{object}");
+                assert_eq!(owner["uid"], "kv-uid", "{object}");
+            }
+        }
+        let set = first
+            .apply
+            .iter()
+            .map(|o| o.to_value())
+            .find(|o| o["kind"] == "StatefulSet")
+            .expect("a StatefulSet");
+        assert_eq!(
+            set["spec"]["template"]["metadata"]["labels"]["wasmop.dev/parent-kind"],
+            "KVStore.data.example.com",
+            "its Pods are the KVStore's"
+        );
+        for claim in set["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .expect("claims")
+        {
+            assert_eq!(
+                claim["metadata"]["labels"]["wasmop.dev/parent-kind"], "KVStore.data.example.com",
+                "its claims are the KVStore's"
+            );
+        }
+        let second = fixture
+            .after(&first)
+            .reconcile::<Kvstore>()
+            .expect("reconciles");
+        assert!(second.writes_nothing(), "{second:#?}");
+
+        // A bad config names the field where the kind has it.
+        let mut bad: serde_json::Value = serde_json::from_str(&kvstore_instance()).expect("JSON");
+        bad["spec"]["replicas"] = json!("three");
+        let err = Fixture::new(bad.to_string())
+            .plan::<Kvstore>()
+            .expect_err("replicas is a number");
+        assert_eq!(err.field(), Some("spec.replicas"));
+        // So does kvstore's own validation, which names fields as an App has them.
+        bad["spec"]["replicas"] = json!(0);
+        let err = Fixture::new(bad.to_string())
+            .plan::<Kvstore>()
+            .expect_err("at least one replica");
+        assert_eq!(err.field(), Some("spec.replicas"));
+        let app = fixtures::app_with_config(json!({"replicas": 0}));
+        let err = Fixture::new(app)
+            .plan::<Kvstore>()
+            .expect_err("at least one replica");
+        assert_eq!(err.field(), Some("spec.config.replicas"));
+    }
+
+    /// The App `cache` and the KVStore `cache` in one namespace: neither observes, prunes nor
+    /// takes as its own what the other made; a plan naming the other's object must adopt it,
+    /// which the host refuses.
+    #[test]
+    fn an_app_and_a_kvstore_named_alike_leave_each_other_alone() {
+        let now = "2025-01-02T07:00:00Z";
+        let app = Fixture::new(fixtures::APP).now(now);
+        let app_cluster = app.after(&app.reconcile::<Kvstore>().expect("reconciles"));
+        let kv = Fixture::new(kvstore_instance()).now(now);
+        let kv_cluster = kv.after(&kv.reconcile::<Kvstore>().expect("reconciles"));
+        // Each parent with the other's objects around it (and none of its own yet).
+        for (parent, others) in [(&app, &kv_cluster), (&kv, &app_cluster)] {
+            let mut fixture = parent.clone();
+            for object in others.observed() {
+                fixture = fixture.observe(object.clone());
+            }
+            let decision = fixture.reconcile::<Kvstore>().expect("reconciles");
+            assert!(decision.prune.is_empty(), "{:?}", decision.prune);
+            let adopted: Vec<String> = decision.adopt.iter().map(|k| k.to_string()).collect();
+            assert!(
+                adopted.iter().any(|k| k.contains("StatefulSet")),
+                "the other's StatefulSet is not taken as its own: {adopted:?}"
+            );
+        }
+
+        // The App's data claims (labelled `wasmop.dev/app: cache` alone, as an App's claim
+        // templates make them): deleting the KVStore with `retention: Delete` reaches none.
+        let deleting = |parent: String| {
+            let mut parent: serde_json::Value = serde_json::from_str(&parent).expect("JSON");
+            match parent["spec"].get_mut("config") {
+                Some(config) => config["retention"] = json!("Delete"),
+                None => parent["spec"]["retention"] = json!("Delete"),
+            }
+            let deletion = Fixture::new(parent.to_string())
+                .observe_list(fixtures::PVCS)
+                .delete::<Kvstore>()
+                .expect("decides");
+            let mut names: Vec<String> = deletion.delete.iter().map(|k| k.name.clone()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            deleting(fixtures::APP.to_string()),
+            ["data-cache-0", "data-cache-1", "data-cache-2"]
+        );
+        assert!(deleting(kvstore_instance()).is_empty());
     }
 
     #[test]

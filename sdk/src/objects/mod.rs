@@ -36,7 +36,10 @@ pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
 /// `app.kubernetes.io/managed-by`: set to `wasmop` by the host.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// `wasmop.dev/app`: the App's name. The host finds Pods, PVCs and Jobs by it.
+/// `wasmop.dev/app`: the App's name. The host finds Pods, PVCs and Jobs by it
+/// and by `wasmop.dev/parent-kind`, the App's kind, which the host adds itself:
+/// to every object it applies and, for an instance of a kind other than `App`,
+/// beside this label in pod and claim templates.
 pub const APP_LABEL: &str = "wasmop.dev/app";
 /// `wasmop.dev/backup-slot`: the slot a backup Job is for.
 pub const SLOT_LABEL: &str = "wasmop.dev/backup-slot";

@@ -48,6 +48,8 @@ pub(super) fn metadata(metadata: &Metadata) -> Result<PluginMetadata, AnswerErro
         description: metadata.description.clone(),
         owns: kinds(&metadata.owns),
         observes: kinds(&metadata.observes),
+        config_schema: answers::config_schema(metadata.config_schema.as_deref())?,
+        printer_columns: metadata.printer_columns.clone(),
     };
     answers::check_metadata(&checked)?;
     Ok(checked)

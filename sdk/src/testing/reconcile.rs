@@ -105,6 +105,7 @@ impl Fixture {
                 Some(_) => "the Fixture's policy".into(),
             },
             app: snapshot.app.name.clone(),
+            kind_mark: snapshot.app.kind_mark(),
             namespace: snapshot.app.namespace.clone(),
             owns: owns.clone(),
             bound: Bound::default(),

@@ -3,6 +3,12 @@
 use super::*;
 use wasmop_core::backup::ScheduleCall;
 
+/// `backup.schedule`'s parameters and results as the host calls it (and typechecks it at load,
+/// see `typecheck`).
+pub(super) type Params<'a> = (guest::backup::ScheduleInput<'a>,);
+/// See [`Params`].
+pub(super) type Results = (Result<guest::backup::ScheduleDecision, guest::backup::PluginError>,);
+
 impl CompiledPlugin {
     /// Calls `backup.schedule`.
     pub fn call_backup(
@@ -20,17 +26,8 @@ impl CompiledPlugin {
             last_completed_slot,
             now: cx.now_ms,
         };
-        let result = self.invoke(
-            engine,
-            limits,
-            tags,
-            cx.now_ms,
-            capability,
-            |g: &guest::backup::GuestIndices, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_schedule(&mut *store, input)
-            },
-        )?;
+        let (result,): Results =
+            self.invoke(engine, limits, tags, cx.now_ms, capability, (input,))?;
         let decision = result.map_err(|err| refused!(backup, self.label(), capability, err))?;
         answers::check_backup(
             decision.run.map(|run| (run.slot, run.job)),

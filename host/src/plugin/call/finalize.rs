@@ -4,6 +4,12 @@
 use super::*;
 use wasmop_core::deletion::CleanupCall;
 
+/// `finalize.cleanup`'s parameters and results as the host calls it (and typechecks it at load,
+/// see `typecheck`).
+pub(super) type Params<'a> = (guest::finalize::CleanupInput<'a>,);
+/// See [`Params`].
+pub(super) type Results = (Result<guest::finalize::CleanupDecision, guest::finalize::PluginError>,);
+
 impl CompiledPlugin {
     /// Calls `finalize.cleanup`.
     pub fn call_finalize(
@@ -19,17 +25,8 @@ impl CompiledPlugin {
             retained: &cx.observed_texts(),
             now: cx.now_ms,
         };
-        let result = self.invoke(
-            engine,
-            limits,
-            tags,
-            cx.now_ms,
-            capability,
-            |g: &guest::finalize::GuestIndices, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_cleanup(&mut *store, input)
-            },
-        )?;
+        let (result,): Results =
+            self.invoke(engine, limits, tags, cx.now_ms, capability, (input,))?;
         let decision = result.map_err(|err| refused!(finalize, self.label(), capability, err))?;
         let convert = |r: guest::finalize::ObjectRef| ObjectRef {
             api_version: r.api_version,

@@ -4,6 +4,12 @@
 use super::*;
 use wasmop_core::health::CheckCall;
 
+/// `health.check`'s parameters and results as the host calls it (and typechecks it at load,
+/// see `typecheck`).
+pub(super) type Params<'a> = (guest::health::CheckInput<'a>,);
+/// See [`Params`].
+pub(super) type Results = (Result<guest::health::Report, guest::health::PluginError>,);
+
 impl CompiledPlugin {
     /// Calls `health.check`.
     pub fn call_health(
@@ -22,17 +28,8 @@ impl CompiledPlugin {
             version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
-            engine,
-            limits,
-            tags,
-            cx.now_ms,
-            capability,
-            |g: &guest::health::GuestIndices, store, instance| {
-                g.load(&mut *store, instance)?
-                    .call_check(&mut *store, input)
-            },
-        )?;
+        let (result,): Results =
+            self.invoke(engine, limits, tags, cx.now_ms, capability, (input,))?;
         let report = result.map_err(|err| refused!(health, self.label(), capability, err))?;
         let report = HealthReport {
             state: match report.state {

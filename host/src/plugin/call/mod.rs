@@ -11,7 +11,6 @@
 //! list, by the answer rules.
 
 use std::{
-    any::Any,
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
@@ -22,13 +21,13 @@ use wasmop_core::{
 };
 use wasmtime::{
     Store, Trap,
-    component::{Instance, InstancePre},
+    component::{ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower},
 };
 
 use super::{
     CallError, Capability,
-    bindings::exports::wasmop::plugin as guest,
-    compile::{CompiledPlugin, Exports},
+    bindings::{WitVersion, exports::wasmop::plugin as guest},
+    compiled::{CompiledPlugin, Exports},
     engine::PluginEngine,
     input::AppContext,
     limits::CallLimits,
@@ -84,29 +83,70 @@ pub trait ComponentCall: Call {
 }
 
 impl Exports {
-    /// Looks up the export indices of `metadata` and of every capability in `exported`, once at
-    /// load: a component whose exports do not have the functions and types of this host's WIT
-    /// fails here, not at its first call.
+    /// Looks up the function of `metadata` and of every capability in `exported`, by the names
+    /// of WIT version `wit`, once at load: a component whose exports lack a function fails
+    /// here, and one whose functions have other types than this host's WIT fails the
+    /// `metadata` smoke call ([`typecheck`]), not its first call.
     pub(super) fn new(
         pre: &InstancePre<CallState>,
+        wit: WitVersion,
         exported: &BTreeSet<Capability>,
     ) -> wasmtime::Result<Self> {
-        let metadata = guest::metadata::GuestIndices::new(pre)?;
-        let mut capabilities: BTreeMap<Capability, Box<dyn Any + Send + Sync>> = BTreeMap::new();
+        let component = pre.component();
+        let function = |interface: &str, function: &str| {
+            let name = wit.interface(interface);
+            let instance = component
+                .get_export_index(None, &name)
+                .ok_or_else(|| wasmtime::format_err!("no exported instance named `{name}`"))?;
+            component
+                .get_export_index(Some(&instance), function)
+                .ok_or_else(|| {
+                    wasmtime::format_err!(
+                        "instance export `{name}` does not have export `{function}`"
+                    )
+                })
+        };
+        let metadata = function("metadata", "get")?;
+        let mut capabilities = BTreeMap::new();
         for &capability in exported {
-            let indices: Box<dyn Any + Send + Sync> = match capability {
-                Capability::SpecDiff => Box::new(guest::spec_diff::GuestIndices::new(pre)?),
-                Capability::Health => Box::new(guest::health::GuestIndices::new(pre)?),
-                Capability::Backup => Box::new(guest::backup::GuestIndices::new(pre)?),
-                Capability::Upgrade => Box::new(guest::upgrade::GuestIndices::new(pre)?),
-                Capability::Finalize => Box::new(guest::finalize::GuestIndices::new(pre)?),
-            };
-            capabilities.insert(capability, indices);
+            capabilities.insert(
+                capability,
+                function(capability.interface(), capability.function())?,
+            );
         }
         Ok(Self {
+            wit,
             metadata,
             capabilities,
         })
+    }
+}
+
+/// Checks that `capability`'s function `func` of the component has the types the host calls it
+/// with (its call file's `Params` and `Results`): wasmtime compares them structurally, so a
+/// 0.1.0 export passes where its shape is 0.2.0's.
+fn typecheck(
+    store: &mut Store<CallState>,
+    instance: &Instance,
+    capability: Capability,
+    func: &ComponentExportIndex,
+) -> wasmtime::Result<()> {
+    match capability {
+        Capability::SpecDiff => instance
+            .get_typed_func::<plan::Params<'_>, plan::Results>(store, func)
+            .map(drop),
+        Capability::Health => instance
+            .get_typed_func::<health::Params<'_>, health::Results>(store, func)
+            .map(drop),
+        Capability::Backup => instance
+            .get_typed_func::<backup::Params<'_>, backup::Results>(store, func)
+            .map(drop),
+        Capability::Upgrade => instance
+            .get_typed_func::<upgrade::Params<'_>, upgrade::Results>(store, func)
+            .map(drop),
+        Capability::Finalize => instance
+            .get_typed_func::<finalize::Params<'_>, finalize::Results>(store, func)
+            .map(drop),
     }
 }
 
@@ -171,30 +211,25 @@ impl CompiledPlugin {
         })
     }
 
-    /// Runs `call` against the capability's export indices (the `GuestIndices` of its
-    /// interface), or reports it unsupported.
-    fn invoke<I: 'static, R>(
+    /// Calls the capability's function with `params`, typed as its call file types them (`P`,
+    /// `R`: the call file's `Params` and `Results`), or reports it unsupported.
+    fn invoke<P, R>(
         &self,
         engine: &PluginEngine,
         limits: &CallLimits,
         tags: CallTags,
         now_ms: i64,
         capability: Capability,
-        call: impl FnOnce(&I, &mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
-        let Some(indices) = self.exports.capabilities.get(&capability) else {
+        params: P,
+    ) -> Result<R, CallError>
+    where
+        P: ComponentNamedList + Lower,
+        R: ComponentNamedList + Lift,
+    {
+        let Some(func) = self.exports.capabilities.get(&capability) else {
             return Err(CallError::Unsupported {
                 plugin: self.label(),
                 interface: capability.interface(),
-            });
-        };
-        let Some(indices) = indices.downcast_ref::<I>() else {
-            return Err(CallError::Host {
-                plugin: self.label(),
-                interface: capability.interface(),
-                message: format!(
-                    "the host looked up other export indices for {capability} than its call uses"
-                ),
             });
         };
         self.with_instance(
@@ -203,7 +238,11 @@ impl CompiledPlugin {
             limits,
             tags,
             now_ms,
-            |store, instance| call(indices, store, instance),
+            |store, instance| {
+                instance
+                    .get_typed_func::<P, R>(&mut *store, func)?
+                    .call(&mut *store, params)
+            },
         )
     }
 

@@ -4,6 +4,12 @@
 use super::*;
 use wasmop_core::decide::PlanCall;
 
+/// `spec-diff.plan`'s parameters and results as the host calls it (and typechecks it at load,
+/// see `typecheck`).
+pub(super) type Params<'a> = (guest::spec_diff::PlanInput<'a>,);
+/// See [`Params`].
+pub(super) type Results = (Result<guest::spec_diff::Desired, guest::spec_diff::PluginError>,);
+
 impl CompiledPlugin {
     /// Calls `spec-diff.plan` and checks every object it returns.
     pub fn call_plan(
@@ -23,16 +29,8 @@ impl CompiledPlugin {
             target_version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
-            engine,
-            limits,
-            tags,
-            cx.now_ms,
-            capability,
-            |g: &guest::spec_diff::GuestIndices, store, instance| {
-                g.load(&mut *store, instance)?.call_plan(&mut *store, input)
-            },
-        )?;
+        let (result,): Results =
+            self.invoke(engine, limits, tags, cx.now_ms, capability, (input,))?;
         let desired = result.map_err(|err| refused!(spec_diff, self.label(), capability, err))?;
         answers::check_plan(
             &desired.objects,

@@ -3,6 +3,12 @@
 use super::*;
 use wasmop_core::upgrade::GateCall;
 
+/// `upgrade.gate`'s parameters and results as the host calls it (and typechecks it at load,
+/// see `typecheck`).
+pub(super) type Params<'a> = (guest::upgrade::GateInput<'a>,);
+/// See [`Params`].
+pub(super) type Results = (Result<guest::upgrade::GateDecision, guest::upgrade::PluginError>,);
+
 impl CompiledPlugin {
     /// Calls `upgrade.gate`.
     pub fn call_upgrade(
@@ -22,16 +28,8 @@ impl CompiledPlugin {
             to_version,
             now: cx.now_ms,
         };
-        let result = self.invoke(
-            engine,
-            limits,
-            tags,
-            cx.now_ms,
-            capability,
-            |g: &guest::upgrade::GuestIndices, store, instance| {
-                g.load(&mut *store, instance)?.call_gate(&mut *store, input)
-            },
-        )?;
+        let (result,): Results =
+            self.invoke(engine, limits, tags, cx.now_ms, capability, (input,))?;
         let decision =
             match result.map_err(|err| refused!(upgrade, self.label(), capability, err))? {
                 guest::upgrade::GateDecision::Allow => GateDecision::Allow,

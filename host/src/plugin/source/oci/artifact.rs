@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::plugin::{
     Digest, bindings,
-    compile::{CompiledPlugin, PluginMetadata},
+    compiled::{CompiledPlugin, PluginMetadata},
 };
 
 /// `architecture` of every Wasm artifact.
@@ -78,7 +78,7 @@ impl Artifact {
             ComponentWorld {
                 exports,
                 imports,
-                target: format!("{}/plugin@{}", bindings::PACKAGE, bindings::WORLD_VERSION),
+                target: format!("{}/plugin@{}", bindings::PACKAGE, plugin.wit),
             },
             source,
             created,
@@ -213,6 +213,8 @@ mod tests {
             description: String::new(),
             owns: vec![],
             observes: vec![],
+            config_schema: None,
+            printer_columns: vec![],
         };
         let digest = Digest::of(b"component");
         let world = ComponentWorld {

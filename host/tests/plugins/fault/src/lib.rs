@@ -81,9 +81,20 @@ impl metadata::Guest for Fault {
             })
             .collect(),
             observes: vec![],
+            config_schema: Some(CONFIG_SCHEMA.into()),
+            printer_columns: vec![metadata::PrinterColumn {
+                name: "Fault".into(),
+                column_type: metadata::ColumnType::String,
+                json_path: ".spec.fault".into(),
+                description: "The fault it commits".into(),
+            }],
         }
     }
 }
+
+/// Its configuration's schema, by hand: the runtime tests patch these bytes in the component
+/// (`"object"` to `"string"`) to prove a bad schema refuses the version at load.
+const CONFIG_SCHEMA: &str = r#"{"type":"object","properties":{"fault":{"type":"string","description":"The fault to commit"}}}"#;
 
 impl spec_diff::Guest for Fault {
     fn plan(input: PlanInput) -> Result<Desired, PluginError> {
