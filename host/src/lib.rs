@@ -22,20 +22,20 @@
 //!   [`telemetry`], [`app`] (the App resource).
 //! - **The plugin author's CLI**: [`plugin_cli`].
 
-pub mod api_health;
+pub(crate) mod api_health;
 pub mod app;
 pub mod cli;
-pub mod controller;
+pub(crate) mod controller;
 pub mod crd_install;
 pub mod leader;
 pub mod plugin;
 pub mod plugin_cli;
 pub mod policy;
-pub mod probes;
+pub(crate) mod probes;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;
-pub mod write;
+pub(crate) mod write;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of
 // the guest; with glibc's malloc that was about 7% of a plan call. mimalloc makes plan and

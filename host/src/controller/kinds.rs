@@ -2,11 +2,11 @@
 //! list come the reflector caches ([`Stores`]), what a reconcile observes
 //! ([`Stores::observe`]), the controller's triggers ([`start`]) and the cache-sync wait
 //! ([`Stores::sync_waits`]); a test holds the install's RBAC to it. The kinds themselves, and
-//! which of them every plan may hold ([`plannable`], the guard's), are the decision core's
-//! ([`wasmop_core::kind`]); every plannable kind is a row here (a test says so). Adding a
-//! built-in kind is one row here (and, if plans may hold it, one entry of
-//! [`wasmop_core::kind::PLANNABLE`]), plus its verbs in `deploy/base/rbac.yaml` (the drift
-//! test below says which).
+//! which of them every plan may hold ([`wasmop_core::kind::plannable`], the guard's), are the
+//! decision core's ([`wasmop_core::kind`]); every plannable kind is a row here (a test says
+//! so). Adding a built-in kind is one row here (and, if plans may hold it, one entry of
+//! [`wasmop_core::kind::PLANNABLE`]), plus its verbs in `deploy/base/rbac.yaml` (the drift test
+//! below says which).
 
 use std::{borrow::Cow, collections::HashSet, sync::Arc};
 
@@ -28,7 +28,7 @@ use kube::{
 use serde::Serialize;
 use serde_json::Value;
 use wasmop_core::{
-    kind::{self, Kind, plannable},
+    kind::{self, Kind},
     observed::{ObservedObject, labelled_for},
     stamp::AppRef,
 };
@@ -98,20 +98,11 @@ impl Watch {
     }
 }
 
-/// One row of the table.
+/// One row of the table: the kind (how it is watched is the macro's, [`Watch`]).
 #[derive(Debug, Clone)]
 pub struct KindRow {
     /// The kind.
     pub kind: Kind,
-    /// How it is watched.
-    pub watch: Watch,
-}
-
-impl KindRow {
-    /// Whether a plan may hold it under every policy ([`plannable`]).
-    pub fn plannable(&self) -> bool {
-        plannable().any(|k| *k == self.kind)
-    }
 }
 
 macro_rules! kind_table {
@@ -122,7 +113,6 @@ macro_rules! kind_table {
         pub const TABLE: &[KindRow] = &[$(
             KindRow {
                 kind: $kind,
-                watch: Watch::$watch,
             },
         )*];
 
@@ -274,6 +264,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use serde::Deserialize as _;
+    use wasmop_core::kind::plannable;
     use wasmop_core::observed::{APP_LABEL, PARENT_KIND_LABEL};
 
     use super::*;
@@ -442,7 +433,7 @@ mod tests {
         let verbs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
         let mut needed: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
         for row in TABLE {
-            let v: &[&str] = if row.plannable() {
+            let v: &[&str] = if plannable().any(|k| *k == row.kind) {
                 &["get", "list", "watch", "create", "patch", "delete"]
             } else {
                 &["get", "list", "watch"]

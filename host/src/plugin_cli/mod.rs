@@ -4,7 +4,7 @@
 //! core), so what passes here behaves the same in the host.
 
 mod build;
-pub mod crd;
+pub(crate) mod crd;
 mod diff;
 mod inspect;
 mod oci;

@@ -12,12 +12,14 @@ use super::{
     prepare, print_value, read_objects,
     reconcile::{ReconcileOnce, reconcile_once},
 };
-use wasmop_core::guard::{self, PlanPolicy};
+use wasmop_core::{
+    guard::{self, PlanPolicy},
+    observed::BACKUP_SLOT_LABEL,
+};
 
 use crate::{
     cli::RunCapability,
     plugin::{Capability, input::AppContext, limits::CallLimits, sandbox::CallTags},
-    reconcile::fetch::BACKUP_SLOT_LABEL,
 };
 
 /// What `wasmop plugin run` was asked to do.

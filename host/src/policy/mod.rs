@@ -17,8 +17,8 @@
 //! (`Overlapping`). [`PROTECTED_NAMESPACES`] and the host's own namespace are never governed by
 //! a selector or the default: Apps there are refused unless a policy names the namespace.
 
-pub mod selector;
-pub mod view;
+pub(crate) mod selector;
+pub(crate) mod view;
 
 use std::collections::BTreeMap;
 

@@ -19,14 +19,13 @@ use wasmop_core::{
     Deletion, Finalizer, Snapshot,
     decide::NoPlugin,
     decide_deletion,
-    observed::{ObservedObject, labelled_for},
+    observed::{APP_LABEL, ObservedObject, labelled_for},
     stamp::AppRef,
 };
 
 use super::{
     Context, Error, app_key,
     execute::publish,
-    fetch::APP_LABEL,
     prepare::{Resolved, app_ref, call_limits, resolve_plugin},
 };
 use crate::{

@@ -3,10 +3,10 @@
 
 use kube::ResourceExt;
 use serde_json::Value;
-pub use wasmop_core::observed::{
-    APP_LABEL, BACKUP_SLOT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, ObservedObject, visible_to,
+use wasmop_core::{
+    observed::{APP_LABEL, ObservedObject, labelled_for},
+    stamp::AppRef,
 };
-use wasmop_core::{observed::labelled_for, stamp::AppRef};
 
 /// Why objects of a policy's extra kind could not be listed.
 #[derive(Debug, thiserror::Error)]

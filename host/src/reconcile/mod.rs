@@ -14,13 +14,13 @@
 //! other Apps are unaffected. Deletion runs the plugin's `finalize` behind the
 //! `wasmop.dev/cleanup` finalizer ([`cleanup`]).
 
-pub mod cleanup;
-pub mod execute;
-pub mod fetch;
+pub(crate) mod cleanup;
+pub(crate) mod execute;
+pub(crate) mod fetch;
 #[cfg(feature = "native-plugins")]
 mod native;
-pub mod prepare;
-pub mod status;
+pub(crate) mod prepare;
+pub(crate) mod status;
 
 use std::{sync::Arc, time::Duration};
 

@@ -189,14 +189,15 @@ pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
 /// Reads what the decision for `app` needs.
 pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
     let app_ref = app_ref(app);
-    let snapshot = |plugin: PluginState, observed: Vec<fetch::ObservedObject>| Snapshot {
-        app: app_ref.clone(),
-        desired_version: app.spec.version.clone(),
-        previous: app.status.clone().unwrap_or_default(),
-        observed,
-        now: Timestamp::now(),
-        plugin,
-    };
+    let snapshot =
+        |plugin: PluginState, observed: Vec<wasmop_core::observed::ObservedObject>| Snapshot {
+            app: app_ref.clone(),
+            desired_version: app.spec.version.clone(),
+            previous: app.status.clone().unwrap_or_default(),
+            observed,
+            now: Timestamp::now(),
+            plugin,
+        };
     let namespace = &app_ref.namespace;
     let (plugin, loaded, governing) = match resolve_plugin(app, ctx, namespace) {
         Resolved::PolicyUnknown => return Prepared::PolicyUnknown,
@@ -244,7 +245,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         }
     }
     let snapshot = snapshot(plugin, observed);
-    let visible = fetch::visible_to(
+    let visible = wasmop_core::observed::visible_to(
         &snapshot.observed,
         &metadata.owns,
         &metadata.observes,
