@@ -445,7 +445,7 @@ pub fn config_schema(text: Option<&str>) -> Result<Option<serde_json::Value>, An
 }
 
 /// Checks a plugin's printer columns: at most [`MAX_PRINTER_COLUMNS`]; each named by 1 to
-/// [`MAX_COLUMN_NAME_BYTES`] printable characters, none named twice nor as one of the host's
+/// [`MAX_COLUMN_NAME_BYTES`] printable ASCII characters, none named twice nor as one of the host's
 /// ([`RESERVED_COLUMNS`]); each JSONPath 2 to [`MAX_JSON_PATH_BYTES`] characters starting with
 /// `.`, its brackets, parentheses and quotes balanced, without `{`/`}` (a template, not a path)
 /// or control characters; descriptions at most [`MAX_COLUMN_DESCRIPTION_BYTES`].
@@ -468,12 +468,14 @@ pub fn check_printer_columns(columns: &[PrinterColumn]) -> Result<(), AnswerErro
             reason,
         };
         let name = &column.name;
+        // Printable ASCII only: a zero-width or look-alike character would make a column that
+        // reads as the host's `Ready` in `kubectl get`.
         if name.trim().is_empty()
             || name.len() > MAX_COLUMN_NAME_BYTES
-            || name.chars().any(char::is_control)
+            || !name.chars().all(|c| c.is_ascii_graphic() || c == ' ')
         {
             return Err(bad(format!(
-                "a name must be 1 to {MAX_COLUMN_NAME_BYTES} printable characters"
+                "a name must be 1 to {MAX_COLUMN_NAME_BYTES} printable ASCII characters"
             )));
         }
         if RESERVED_COLUMNS
@@ -568,9 +570,14 @@ pub fn check_health(report: &HealthReport, max_output_bytes: usize) -> Result<()
             max: MAX_CONDITIONS,
         });
     }
+    // Compared without case: `kubectl wait --for=condition=Ready` matches types that way and
+    // takes the first, so a plugin's `READY` listed before the host's `Ready` would answer it.
     let mut seen = BTreeSet::new();
     for (index, c) in report.conditions.iter().enumerate() {
-        if RESERVED_CONDITIONS.contains(&c.type_.as_str()) || !seen.insert(&c.type_) {
+        let reserved = RESERVED_CONDITIONS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(&c.type_));
+        if reserved || !seen.insert(c.type_.to_ascii_lowercase()) {
             return Err(AnswerError::ConditionTypeTaken {
                 field: format!("conditions[{index}].condition-type"),
                 condition_type: c.type_.clone(),
@@ -916,7 +923,16 @@ mod tests {
             (
                 "no name",
                 with(vec![column(" ", ".spec.a")]),
-                at(0, " ", "a name must be 1 to 32 printable characters"),
+                at(0, " ", "a name must be 1 to 32 printable ASCII characters"),
+            ),
+            (
+                "look-alike",
+                with(vec![column("Ready\u{200b}", ".spec.a")]),
+                at(
+                    0,
+                    "Ready\u{200b}",
+                    "a name must be 1 to 32 printable ASCII characters",
+                ),
             ),
             (
                 "absolute",
@@ -1100,11 +1116,18 @@ mod tests {
                 ),
             ),
         ];
+        // In any case: `kubectl wait` matches condition types without it.
+        let upper: Vec<String> = RESERVED_CONDITIONS
+            .iter()
+            .map(|t| t.to_ascii_uppercase())
+            .collect();
         let reserved: Vec<_> = RESERVED_CONDITIONS
             .iter()
+            .copied()
+            .chain(upper.iter().map(String::as_str))
             .map(|type_| {
                 (
-                    *type_,
+                    type_,
                     health(vec![condition(type_, "Mine")]),
                     bad(
                         "conditions[0].condition-type",

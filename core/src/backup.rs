@@ -18,15 +18,25 @@ pub struct ScheduleCall {
     pub last_completed: Option<String>,
 }
 
-/// The Job name for `slot` of `app`: `<app>-backup-<slot>` for an App, `<app>-<kind>-backup-<slot>`
-/// (the kind in lower case) for a parent of another kind, so that an App and a `KVStore`
-/// named alike in one namespace never back up into one Job; shortened with a hash when that
-/// would be over the 63 characters a Job's Pods can carry in their labels.
+/// The Job name for `slot` of `app`: `<app>-backup-<slot>` for an App,
+/// `<app>-<kind>-<hash>-backup-<slot>` (the kind in lower case, 6 hex digits of the SHA-256 of
+/// its kind mark) for a parent of another kind, so that an App and a `KVStore` named alike in one
+/// namespace, or two `KVStore` kinds of two groups, never back up into one Job; shortened with a
+/// hash when that would be over the 63 characters a Job's Pods can carry in their labels. A name
+/// another parent in the namespace could still produce (an App named `cache-kvstore-1a2b3c`) is
+/// not taken over: the host starts a backup only into a Job it creates or that the parent
+/// controls.
 pub fn job_name(app: &AppRef, slot: &str) -> String {
     let name = if app.is_app() {
         format!("{}-backup-{slot}", app.name)
     } else {
-        format!("{}-{}-backup-{slot}", app.name, app.kind.to_lowercase())
+        let mark = format!("{:x}", Sha256::digest(app.kind_mark().as_bytes()));
+        format!(
+            "{}-{}-{}-backup-{slot}",
+            app.name,
+            app.kind.to_lowercase(),
+            &mark[..6]
+        )
     };
     if name.len() <= 63 {
         return name;
@@ -157,14 +167,17 @@ mod tests {
     #[test]
     fn job_names_tell_parents_of_two_kinds_apart() {
         let kv = parent("data.example.com/v1", "KVStore", "cache");
-        assert_eq!(
-            job_name(&kv, "20261202-060000"),
-            "cache-kvstore-backup-20261202-060000"
+        let name = job_name(&kv, "20261202-060000");
+        assert!(
+            name.starts_with("cache-kvstore-") && name.ends_with("-backup-20261202-060000"),
+            "{name}"
         );
-        assert_ne!(
-            job_name(&kv, "20261202-060000"),
-            job_name(&app("cache"), "20261202-060000")
-        );
+        assert_ne!(name, job_name(&app("cache"), "20261202-060000"));
+        // Nor with a kind of that name in another group, nor with an App named like the old
+        // scheme's prefix.
+        let other = parent("cache.example.org/v1", "KVStore", "cache");
+        assert_ne!(name, job_name(&other, "20261202-060000"));
+        assert_ne!(name, job_name(&app("cache-kvstore"), "20261202-060000"));
         let job = PluginObject::parse(
             &serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": "x"}, "spec": {"template": {

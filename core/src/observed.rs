@@ -37,15 +37,17 @@ pub const MANAGED_BY: &str = "wasmop";
 /// `<kind>.<group>` as Kubernetes writes a group-qualified kind (`KVStore.data.example.com`;
 /// the kind alone in the core group). A label value holds at most 63 characters of
 /// `[A-Za-z0-9._-]`, beginning and ending with a letter or digit; a longer one (a long group)
-/// keeps its first 46 characters and ends with `-` and 16 hex digits of the SHA-256 of the whole
-/// `<kind>.<group>`, so it stays unique and still reads as the kind.
+/// keeps its first 46 characters and ends with `_` and 16 hex digits of the SHA-256 of the whole
+/// `<kind>.<group>`, so it stays unique and still reads as the kind. No kind or API group holds
+/// a `_`, so a hashed mark never equals a plain one (a group named like another's hashed mark
+/// does not share its objects); a `<kind>.<group>` that does hold one is hashed too.
 pub fn kind_mark(group: &str, kind: &str) -> String {
     let full = if group.is_empty() {
         kind.to_string()
     } else {
         format!("{kind}.{group}")
     };
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-');
     let valid = full.len() <= 63
         && full.chars().all(allowed)
         && full.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -59,9 +61,9 @@ pub fn kind_mark(group: &str, kind: &str) -> String {
         .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
         .trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     if prefix.is_empty() {
-        hash[..16].to_string()
+        format!("h_{}", &hash[..16])
     } else {
-        format!("{prefix}-{}", &hash[..16])
+        format!("{prefix}_{}", &hash[..16])
     }
 }
 
@@ -304,6 +306,12 @@ mod tests {
         let other = kind_mark(&format!("{group}.x"), "KVStore");
         assert_eq!(&long[..46], &other[..46]);
         assert_ne!(long, other, "the hash tells groups with one prefix apart");
+        // A group named after another's hashed mark is a kind of its own: the `_` before the
+        // hash is in no plain mark.
+        let (kind, group) = long.split_once('.').expect("Kind.group");
+        assert!(group.contains('_'), "{long}");
+        let forged = kind_mark(&group.replace('_', "-"), kind);
+        assert_ne!(forged, long, "a look-alike group takes another's mark");
         // Whatever the input, a valid label value.
         for (group, kind) in [("a.b", "Ké"), ("x", "-A-"), ("", "")] {
             let mark = kind_mark(group, kind);

@@ -107,9 +107,9 @@ pub fn stamp(app: &AppRef, object: &mut PluginObject) {
 }
 
 /// Adds the parent-kind label `mark` beside every App label naming `name` in the templates of
-/// `object`'s `spec`, for the workload kinds whose templates the guard checks. Only the labels
-/// of templates, never selectors: a selector is immutable, and keeps matching (the Pods still
-/// carry every label it names).
+/// `object`'s `spec`, for the workload kinds whose templates the guard checks, and both labels
+/// to every claim template of a StatefulSet. Only the labels of templates, never selectors: a
+/// selector is immutable, and keeps matching (the Pods still carry every label it names).
 fn mark_templates(object: &mut PluginObject, name: &str, mark: &str) {
     let template = match (object.api_version(), object.kind()) {
         ("apps/v1", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
@@ -132,13 +132,29 @@ fn mark_templates(object: &mut PluginObject, name: &str, mark: &str) {
     }
     changed |= mark_labels(spec.pointer_mut("/jobTemplate/metadata"), name, mark);
     if object.kind() == "StatefulSet" {
+        // Every claim template, labelled or not: the StatefulSet controller labels the claims it
+        // makes with the template's labels and the selector's (`getPersistentVolumeClaims` in
+        // k8s.io/kubernetes pkg/controller/statefulset), so a template without the kind label
+        // under a selector naming `wasmop.dev/app` would make claims an App of the same name
+        // takes for its own.
         for claim in spec
             .get_mut("volumeClaimTemplates")
             .and_then(Value::as_array_mut)
             .into_iter()
             .flatten()
         {
-            changed |= mark_labels(claim.get_mut("metadata"), name, mark);
+            if let Some(claim) = claim.as_object_mut() {
+                let labels = claim
+                    .entry("metadata")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                    .map(|m| m.entry("labels").or_insert_with(|| json!({})));
+                if let Some(Value::Object(labels)) = labels {
+                    labels.insert(APP_LABEL.into(), Value::String(name.to_string()));
+                    labels.insert(PARENT_KIND_LABEL.into(), Value::String(mark.to_string()));
+                    changed = true;
+                }
+            }
         }
     }
     if changed {
@@ -335,12 +351,12 @@ mod tests {
             spec["volumeClaimTemplates"][0]["metadata"]["labels"][PARENT_KIND_LABEL],
             mark
         );
-        // Not where the plan put no App label, and never in a selector (immutable).
-        assert!(
-            spec["volumeClaimTemplates"][1]["metadata"]
-                .get("labels")
-                .is_none()
-        );
+        // Every claim template, unlabelled ones too: the StatefulSet controller copies the
+        // selector's `wasmop.dev/app` onto the claims, which without the kind label would be an
+        // App's. Never a selector (immutable).
+        let unlabelled = &spec["volumeClaimTemplates"][1]["metadata"]["labels"];
+        assert_eq!(unlabelled[PARENT_KIND_LABEL], mark);
+        assert_eq!(unlabelled[APP_LABEL], "kv");
         assert!(
             spec["selector"]["matchLabels"]
                 .get(PARENT_KIND_LABEL)

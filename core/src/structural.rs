@@ -55,6 +55,12 @@ pub const MAX_DEPTH: usize = 64;
 /// Most schema nodes the inlining may produce, before the byte bound is measured: inlining can
 /// multiply a small document (each definition referring to the next one twice).
 const MAX_NODES: usize = 20_000;
+/// Most bytes of values the rewriting may copy (descriptions, enums, defaults, CEL rules...),
+/// counted as it copies them: a value under a definition inlined 2^n times is copied 2^n times,
+/// and the bound on the result ([`MAX_REWRITTEN_BYTES`]) must hold before the copies are made,
+/// not after (a 200 KB schema of doubling `$ref`s over a long `enum` would otherwise take
+/// gigabytes of the host's memory at load).
+const MAX_COPIED_BYTES: usize = MAX_REWRITTEN_BYTES;
 
 /// `x-kubernetes-*` extensions a CRD schema has, which pass through as given.
 const KUBERNETES_EXTENSIONS: [&str; 8] = [
@@ -177,6 +183,25 @@ pub fn plugin_config(text: &str) -> Result<Value, SchemaError> {
     Ok(structural)
 }
 
+/// The length of `value` as JSON text, without building the text.
+fn text_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a failure would only undercount a bound already held by
+    // the node count.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// How deep `value` nests (a scalar is 0, `{}` and `[]` are 1).
 pub fn depth(value: &Value) -> usize {
     match value {
@@ -193,6 +218,7 @@ pub fn structural(schema: &Value) -> Result<Value, SchemaError> {
         root: schema,
         inlining: Vec::new(),
         nodes: 0,
+        copied: 0,
     };
     let rewritten = Value::Object(rewriter.schema(schema, "")?);
     check_structural(&rewritten)?;
@@ -213,12 +239,29 @@ struct Rewriter<'a> {
     inlining: Vec<String>,
     /// Schema nodes produced so far.
     nodes: usize,
+    /// Bytes of values copied so far ([`MAX_COPIED_BYTES`]).
+    copied: usize,
 }
 
 impl<'a> Rewriter<'a> {
     /// One schema, rewritten; `at` is its place (see [`SchemaError`]).
     fn schema(&mut self, schema: &'a Value, at: &str) -> Result<Map<String, Value>, SchemaError> {
         self.rewrite(schema, at, true)
+    }
+
+    /// Charges `value`'s copy to [`MAX_COPIED_BYTES`] before it is made.
+    fn charge(&mut self, value: &Value, at: &str) -> Result<(), SchemaError> {
+        self.copied = self.copied.saturating_add(text_len(value));
+        if self.copied > MAX_COPIED_BYTES {
+            return refuse(
+                at,
+                format!(
+                    "once its $refs are inlined the schema copies over {MAX_COPIED_BYTES} bytes \
+                     of values (descriptions, enums, defaults, rules)"
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// [`Self::schema`]; `settle` gives it the type its keywords imply ([`settle_type`]), which a
@@ -325,6 +368,7 @@ impl<'a> Rewriter<'a> {
             "$defs" | "definitions" | "components" => {}
             _ if DROPPED.contains(&key) => {}
             _ if KEPT.contains(&key) || KUBERNETES_EXTENSIONS.contains(&key) => {
+                self.charge(value, at)?;
                 out.insert(key.into(), value.clone());
             }
             "type" => match value {
@@ -332,6 +376,7 @@ impl<'a> Rewriter<'a> {
                     return refuse(at, "a value that can only be null has no structural type");
                 }
                 Value::String(_) => {
+                    self.charge(value, at)?;
                     out.insert("type".into(), value.clone());
                 }
                 Value::Array(kinds) => {
@@ -371,14 +416,17 @@ impl<'a> Rewriter<'a> {
                 if !value.is_string() {
                     return refuse(at, "`format` must be a string");
                 }
+                self.charge(value, at)?;
                 out.insert(key.into(), value.clone());
             }
             "default" => {
                 if !value.is_null() {
+                    self.charge(value, at)?;
                     out.insert(key.into(), value.clone());
                 }
             }
             "const" => {
+                self.charge(value, at)?;
                 if value.is_null() {
                     out.insert("nullable".into(), true.into());
                 } else {
@@ -387,6 +435,7 @@ impl<'a> Rewriter<'a> {
             }
             "examples" => {
                 if let Some(first) = value.as_array().and_then(|e| e.first()) {
+                    self.charge(first, at)?;
                     out.insert("example".into(), first.clone());
                 }
             }
@@ -787,8 +836,10 @@ fn join_enums(existing: &mut Value, other: &Value) -> Result<(), ()> {
     if existing.get("type") != other.get("type") {
         return Err(());
     }
+    // A set of the values' texts: two long enums merge in linear time, not quadratic.
+    let mut seen: std::collections::HashSet<String> = mine.iter().map(Value::to_string).collect();
     for value in theirs {
-        if !mine.contains(&value) {
+        if seen.insert(value.to_string()) {
             mine.push(value);
         }
     }
@@ -833,8 +884,10 @@ fn merge_all_of(
                 }
             }
             ("required", Some(Value::Array(existing))) => {
+                let mut seen: std::collections::HashSet<String> =
+                    existing.iter().map(Value::to_string).collect();
                 for name in value.as_array().cloned().unwrap_or_default() {
-                    if !existing.contains(&name) {
+                    if seen.insert(name.to_string()) {
                         existing.push(name);
                     }
                 }
@@ -1015,6 +1068,29 @@ mod tests {
             Ok(out) => panic!("{schema} was accepted as {out}"),
             Err(err) => err,
         }
+    }
+
+    /// Each definition refers to the next twice, the last holds a long `enum`: inlined whole it
+    /// would be 2^12 copies of 120 KB. The copy bound refuses it while the copies are made.
+    #[test]
+    fn doubling_refs_over_a_long_enum_are_refused_before_they_are_copied() {
+        let mut defs = Map::new();
+        for level in 0..12 {
+            let next = format!("#/$defs/d{}", level + 1);
+            defs.insert(
+                format!("d{level}"),
+                json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+            );
+        }
+        defs.insert(
+            "d12".into(),
+            json!({"type": "integer", "enum": (0..20_000).collect::<Vec<_>>()}),
+        );
+        let schema =
+            json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs});
+        assert!(schema.to_string().len() < MAX_SCHEMA_BYTES);
+        let err = refused(schema);
+        assert!(err.to_string().contains("copies over"), "{err}");
     }
 
     #[test]

@@ -448,7 +448,8 @@ async fn delete(w: &Writer<'_>, key: &ObjectKey, what: &str) -> Result<(), Write
 /// Creates the backup Job of `slot`; one that already exists (the API server's 409) is the same
 /// slot's, left as it is, when the App owns it. Job names are `<app>-backup-<slot>` and a plugin
 /// picks its slots, so App `db`'s slot `x-backup-y` names the Job of App `db-backup-x`'s slot
-/// `y`: a Job of that name the App does not own is refused, not taken for its own backup.
+/// `y`: a Job of that name the App does not control (its controller owner reference) is
+/// refused, not taken for its own backup.
 async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result<(), WriteError> {
     let what = || format!("starting the backup Job of slot {slot}");
     let job: Job = serde_json::to_value(job)
@@ -478,7 +479,7 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
                 .owner_references
                 .iter()
                 .flatten()
-                .any(|r| Some(r.uid.as_str()) == uid);
+                .any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == uid);
             if ours {
                 Ok(())
             } else {
