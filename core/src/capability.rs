@@ -5,9 +5,9 @@
 //! Adding a capability touches its WIT interface (and `metadata.capability`, and the `plugin`
 //! world), its SDK trait, its host call file (`host/src/plugin/call/`), its decision stage and
 //! one entry here. From the entry come the [`Capability`] variant, [`Capability::ALL`],
-//! [`Capability::interface`] and [`Capability::function`], the [`Call`] impl of its call type and the bound of
-//! [`PluginCalls`] that makes every caller (the host's and the CLI's `ComponentCalls`, the
-//! SDK's `NativeCalls`, [`NoPlugin`](crate::decide::NoPlugin)) answer it.
+//! [`Capability::interface`] and [`Capability::function`], the [`Call`] impl of its call type
+//! and the bound of [`PluginCalls`] that makes every caller (the host's and the CLI's
+//! `ComponentCalls`, the SDK's `NativeCalls`, [`NoPlugin`](crate::decide::NoPlugin)) answer it.
 
 use std::{collections::BTreeSet, fmt};
 

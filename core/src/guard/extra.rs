@@ -52,9 +52,9 @@
 //! The guard knows two more sorts of extra kind: the workload kinds (`DaemonSet`, `ReplicaSet`,
 //! `CronJob`, a bare `Pod`, `ReplicationController`), whose pod templates [`super::pods`] checks
 //! (and a CronJob's job template metadata, [`super::fields::metadata`]), and `Secret` (its type).
-//! `Endpoints` and `EndpointSlice` are never plannable (CVE-2021-25740, see
-//! the host's `policy` module). Any other extra kind goes unchecked, and the policy's `Valid` condition
-//! names it ([`super::checks_body`]).
+//! `Endpoints` and `EndpointSlice` are never plannable (CVE-2021-25740, see the host's `policy`
+//! module). Any other extra kind goes unchecked, and the policy's `Valid` condition names it
+//! ([`super::checks_body`]).
 
 use std::collections::BTreeSet;
 

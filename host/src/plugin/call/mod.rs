@@ -257,7 +257,8 @@ impl CompiledPlugin {
 }
 
 /// Why a call failed, when it failed because the guest asked the host for more than a call
-/// may have: a transfer over [`CallLimits::transfer_bytes`], or more host resources than [`MAX_HOST_RESOURCES`](super::limits::MAX_HOST_RESOURCES).
+/// may have: a transfer over [`CallLimits::transfer_bytes`], or more host resources than
+/// [`MAX_HOST_RESOURCES`](super::limits::MAX_HOST_RESOURCES).
 fn overreach(err: &wasmtime::Error, limits: &CallLimits) -> Option<String> {
     if err
         .chain()
