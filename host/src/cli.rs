@@ -280,6 +280,12 @@ pub struct RunArgs {
     )]
     pub namespaces: Vec<String>,
 
+    /// Serve only the PluginBindings with these labels (`team=data,tier=gold`: equality terms):
+    /// for a cluster where several hosts serve bindings of their own. Which binding serves a
+    /// kind is still decided among all of them. Default: every binding.
+    #[arg(long, env = "WASMOP_BINDING_SELECTOR")]
+    pub binding_selector: Option<String>,
+
     /// Reconciles running at once (per watched namespace).
     #[arg(long, env = "WASMOP_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,

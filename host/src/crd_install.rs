@@ -1,4 +1,4 @@
-//! The host's CRDs (App and PluginPolicy): installs or updates them at start-up and waits until
+//! The host's CRDs (App, PluginPolicy and PluginBinding): installs or updates them at start-up and waits until
 //! the API server serves them; [`crd_yaml`] is what `wasmop crds` prints and `deploy/crds/`
 //! holds.
 
@@ -11,7 +11,7 @@ use kube::{
     runtime::wait::{await_condition, conditions},
 };
 
-use crate::{app::App, policy::PluginPolicy, write::FIELD_MANAGER};
+use crate::{app::App, binding::PluginBinding, policy::PluginPolicy, write::FIELD_MANAGER};
 
 /// How long a freshly applied CRD may take to become Established before start-up fails.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -49,7 +49,7 @@ pub enum CrdInstallError {
 
 /// Every CRD the host owns.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![App::crd(), PluginPolicy::crd()]
+    vec![App::crd(), PluginPolicy::crd(), PluginBinding::crd()]
         .into_iter()
         .map(with_kubernetes_formats)
         .collect()

@@ -10,6 +10,8 @@
 //! - **Triggers and caches**: [`controller`]: the kube-runtime Controller and what requeues an
 //!   App, with the kind table (`controller::kinds`: caches, observation, triggers, over the
 //!   decision core's kinds), reflectors (`reflect`, `trim`), coalescing and the watches' backoff.
+//! - **Your own kinds**: [`binding`] (PluginBindings: which kind a plugin serves, checked and
+//!   served) and [`parent`] (an App or a bound kind's instance, as a reconcile reads it).
 //! - **One reconcile**: [`reconcile`] (prepare, calls, execute, status, cleanup); the guard and
 //!   Pod Security Standards, the plan rules, are the decision core's (`wasmop_core::guard`,
 //!   `wasmop_core::pod_security`).
@@ -24,10 +26,12 @@
 
 pub(crate) mod api_health;
 pub mod app;
+pub mod binding;
 pub mod cli;
 pub(crate) mod controller;
 pub mod crd_install;
 pub mod leader;
+pub mod parent;
 pub mod plugin;
 pub mod plugin_cli;
 pub mod policy;

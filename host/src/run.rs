@@ -129,6 +129,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         args.namespaces.iter().cloned().map(Some).collect()
     };
+    // PluginBindings, like policies, are read only once leading.
+    let (bound, binding_task) = crate::binding::serve::start(
+        client.clone(),
+        args.host_namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        namespaces.clone(),
+        crate::binding::check::selector(args.binding_selector.as_deref().unwrap_or_default())
+            .map_err(anyhow::Error::msg)?,
+    );
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
     let controllers = namespaces.into_iter().map(|namespace| {
         let (probes, pending) = (probes.clone(), pending.clone());
@@ -148,6 +158,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             health: health.clone(),
             policies: policies.clone(),
             metrics: reconcile_metrics.clone(),
+            bound: bound.clone(),
         };
         controller::run(
             client.clone(),
@@ -162,6 +173,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Nothing writes any more (reconciles done, policy status writer stopped): hand the lease
     // over now rather than after a lease duration.
     policy_task.abort();
+    binding_task.abort();
     if let Some(leadership) = leadership {
         leadership.release().await;
         info!("released the leader lease");

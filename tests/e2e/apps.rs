@@ -22,6 +22,9 @@ use crate::harness::{
     wait_http_ok,
 };
 
+/// The label on a test's PluginBindings naming the namespace whose host serves them.
+pub const BINDING_LABEL: &str = "e2e.wasmop.dev/namespace";
+
 /// A `wasmop run` process watching one namespace, stopped when dropped.
 pub struct Host {
     child: tokio::process::Child,
@@ -95,6 +98,14 @@ impl Host {
             .any(|arg| arg.starts_with("--allow-private-registries"))
         {
             args.extend(["--allow-private-registries".into(), "127.0.0.0/8".into()]);
+        }
+        // Each test's host serves the PluginBindings of its own test only (labelled with its
+        // namespace), not those other tests running meanwhile create.
+        if !extra.contains(&"--binding-selector") {
+            args.extend([
+                "--binding-selector".into(),
+                format!("{BINDING_LABEL}={namespace}").into(),
+            ]);
         }
         args.extend(extra.iter().map(Into::into));
         let mut env = env.to_vec();

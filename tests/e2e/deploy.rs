@@ -44,7 +44,11 @@ const IMAGE_REPOSITORY: &str = "wasmop/wasmop";
 
 /// A kubeconfig that authenticates with a token the API server issued for the ServiceAccount
 /// `namespace/account` (TokenRequest), as a Pod's projected token does.
-fn token_kubeconfig(local: &Local, namespace: &str, account: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn token_kubeconfig(
+    local: &Local,
+    namespace: &str,
+    account: &str,
+) -> anyhow::Result<PathBuf> {
     let out = kubectl(local)?
         .args(["-n", namespace, "create", "token", account, "--duration=1h"])
         .output()?;
@@ -378,6 +382,11 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         });
     }
     args.extend(["--namespace".into(), ns.name.clone().into()]);
+    // Other tests' PluginBindings are theirs (see `apps::Host`).
+    args.extend([
+        "--binding-selector".into(),
+        format!("{}={}", crate::apps::BINDING_LABEL, ns.name).into(),
+    ]);
     let token = token_kubeconfig(&local, "wasmop-system", "wasmop")?;
     let identity = unique("image-host");
     // The installed replicas are kwok Pods that never run, so they never hold the lease.

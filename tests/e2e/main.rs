@@ -9,6 +9,7 @@ mod harness;
 
 mod admission_policy;
 mod apps;
+mod bound;
 mod bounds;
 mod chaos;
 mod cli;

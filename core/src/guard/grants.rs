@@ -224,7 +224,8 @@ fn reason(name: &str, binding: &str) -> String {
     format!(
         "{binding} names ServiceAccount {name:?}, so creating the account would hand its rights \
          to this App; plan another name, or annotate the binding {GRANTS_APP}: <namespace>/<app> \
-         if the rights are meant for this App"
+         (for an instance of a bound kind <namespace>/<Kind>.<group>/<name>) if the rights are \
+         meant for it"
     )
 }
 

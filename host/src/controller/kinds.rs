@@ -19,10 +19,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Client, Resource, ResourceExt,
-    runtime::{
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::{reflector::Store, watcher},
 };
 
 use serde::Serialize;
@@ -33,10 +30,7 @@ use wasmop_core::{
     stamp::AppRef,
 };
 
-use crate::{
-    app::App,
-    controller::reflect::{app_of, owner_of, ready_of, reflect},
-};
+use crate::controller::reflect::{ParentKey, labelled_of, owner_of, ready_of, reflect};
 
 /// How the API server is reached for `kind`.
 pub fn api_resource(kind: &Kind) -> kube::api::ApiResource {
@@ -157,16 +151,17 @@ macro_rules! kind_table {
         apps_of($stream, $store, |object: &$ty| owner_of(object))
     };
     (@wire Labelled, $ty:ty, $store:expr, $stream:expr) => {
-        apps_of($stream, $store, |object: &$ty| app_of(object))
+        apps_of($stream, $store, |object: &$ty| labelled_of(object))
     };
 }
 
-/// The Apps that changes to watched objects call to be reconciled.
-pub type Triggers = BoxStream<'static, ObjectRef<App>>;
+/// The parents (Apps, instances of bound kinds) that changes to watched objects call to be
+/// reconciled.
+pub type Triggers = BoxStream<'static, ParentKey>;
 
 /// The Apps the watch events of `stream` (the watch behind `cache`) call to be reconciled; a
 /// watch error is the watch's to retry (with its backoff) and names none.
-fn apps_of<K, S>(stream: S, cache: Store<K>, app: fn(&K) -> Option<ObjectRef<App>>) -> Triggers
+fn apps_of<K, S>(stream: S, cache: Store<K>, app: fn(&K) -> Option<ParentKey>) -> Triggers
 where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -196,13 +191,13 @@ where
 ///   object deleted while the watch was away is in no listing, and a reconcile during the
 ///   listing would still read the old cache (the reflector swaps the new one in at its end).
 struct Triggering<K> {
-    app: fn(&K) -> Option<ObjectRef<App>>,
+    app: fn(&K) -> Option<ParentKey>,
     listed: bool,
-    relisting: Option<HashSet<ObjectRef<App>>>,
+    relisting: Option<HashSet<ParentKey>>,
 }
 
 impl<K> Triggering<K> {
-    fn new(app: fn(&K) -> Option<ObjectRef<App>>) -> Self {
+    fn new(app: fn(&K) -> Option<ParentKey>) -> Self {
         Self {
             app,
             listed: false,
@@ -215,7 +210,7 @@ impl<K> Triggering<K> {
         &mut self,
         event: watcher::Event<K>,
         cached: impl FnOnce() -> Vec<Arc<K>>,
-    ) -> Vec<ObjectRef<App>> {
+    ) -> Vec<ParentKey> {
         match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
                 (self.app)(&object).into_iter().collect()
@@ -240,7 +235,7 @@ impl<K> Triggering<K> {
                     .unwrap_or_default()
                     .into_iter()
                     .collect();
-                apps.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                apps.sort();
                 apps
             }
         }
@@ -277,7 +272,7 @@ mod tests {
         pod
     }
 
-    fn names(apps: Vec<ObjectRef<App>>) -> Vec<String> {
+    fn names(apps: Vec<ParentKey>) -> Vec<String> {
         apps.into_iter().map(|a| a.name).collect()
     }
 
@@ -287,7 +282,7 @@ mod tests {
     #[test]
     fn a_relisting_names_the_listed_and_the_vanished_at_its_end() {
         use kube::runtime::watcher::Event;
-        let mut t = Triggering::new(|p: &Pod| crate::controller::reflect::app_of(p));
+        let mut t = Triggering::new(|p: &Pod| crate::controller::reflect::labelled_of(p));
         let nothing = Vec::new;
         assert!(t.on(Event::Init, nothing).is_empty());
         assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
@@ -329,38 +324,39 @@ mod tests {
         ]);
         let owner = crate::controller::reflect::owner_of(&cm).expect("an owner");
         assert_eq!(
-            (owner.name.as_str(), owner.namespace.as_deref()),
-            ("real", Some("ns"))
+            (
+                owner.mark.as_str(),
+                owner.name.as_str(),
+                owner.namespace.as_str()
+            ),
+            (wasmop_core::observed::APP_KIND_MARK, "real", "ns")
         );
         cm.metadata.owner_references = Some(vec![reference("decoy", None)]);
         assert!(crate::controller::reflect::owner_of(&cm).is_none());
     }
 
     /// An App and a KVStore named alike in one namespace: a Pod of the KVStore's (the kind label
-    /// beside the App label) triggers no App, and a Pod with the App label alone (an App's,
-    /// from its template or from before the kind label) or the App's kind triggers the App.
+    /// beside the App label) names the KVStore, and a Pod with the App label alone (an App's,
+    /// from its template or from before the kind label) or the App's kind names the App.
     /// Owner references name the parent by kind and group, in any version.
     #[test]
-    fn a_parent_of_another_kind_named_alike_triggers_no_app() {
-        use crate::controller::reflect::{app_of, controller_of, labelled_parent_of};
+    fn a_parent_of_another_kind_named_alike_is_told_apart() {
+        use crate::controller::reflect::labelled_of;
+        use wasmop_core::observed::APP_KIND_MARK;
         let marked = |kind: &str| {
             let mut pod = pod("cache-0", "cache");
             pod.labels_mut()
                 .insert(PARENT_KIND_LABEL.into(), kind.into());
             pod
         };
-        let kv = marked("KVStore.data.example.com");
-        assert!(app_of(&kv).is_none());
+        let mark = |p: &Pod| labelled_of(p).map(|k| (k.mark, k.name));
+        let named = |m: &str| Some((m.to_string(), "cache".to_string()));
         assert_eq!(
-            labelled_parent_of(&kv, "KVStore.data.example.com"),
-            Some("cache")
+            mark(&marked("KVStore.data.example.com")),
+            named("KVStore.data.example.com")
         );
-        assert_eq!(labelled_parent_of(&kv, "KVStore.other.io"), None);
-        let old = pod("cache-0", "cache");
-        assert_eq!(names(app_of(&old).into_iter().collect()), ["cache"]);
-        assert_eq!(labelled_parent_of(&old, "KVStore.data.example.com"), None);
-        let app = marked(wasmop_core::observed::APP_KIND_MARK);
-        assert_eq!(names(app_of(&app).into_iter().collect()), ["cache"]);
+        assert_eq!(mark(&pod("cache-0", "cache")), named(APP_KIND_MARK));
+        assert_eq!(mark(&marked(APP_KIND_MARK)), named(APP_KIND_MARK));
 
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let mut cm = ConfigMap::default();
@@ -373,12 +369,11 @@ mod tests {
             controller: Some(true),
             ..Default::default()
         }]);
-        assert!(crate::controller::reflect::owner_of(&cm).is_none());
+        let owner = crate::controller::reflect::owner_of(&cm).expect("an owner");
         assert_eq!(
-            controller_of(&cm, "data.example.com", "KVStore"),
-            Some("cache")
+            (owner.mark.as_str(), owner.name.as_str()),
+            ("KVStore.data.example.com", "cache")
         );
-        assert_eq!(controller_of(&cm, "other.io", "KVStore"), None);
     }
 
     /// Every kind a plan may hold is watched: the host observes what it applies, and prunes
@@ -409,9 +404,22 @@ mod tests {
         let mut granted: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
         for doc in serde_yaml::Deserializer::from_str(&text) {
             let doc = serde_json::Value::deserialize(doc).expect("YAML");
-            if doc["kind"] != "ClusterRole" || doc["metadata"]["name"] != "wasmop" {
+            if doc["kind"] == "ClusterRole" && doc["metadata"]["name"] == "wasmop" {
+                // The role bound is the aggregate of the labelled roles, wasmop-base among them.
+                assert_eq!(
+                    doc["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"],
+                    serde_json::json!({"wasmop.dev/aggregate-to-host": "true"})
+                );
+                assert_eq!(doc["rules"], serde_json::json!([]));
                 continue;
             }
+            if doc["kind"] != "ClusterRole" || doc["metadata"]["name"] != "wasmop-base" {
+                continue;
+            }
+            assert_eq!(
+                doc["metadata"]["labels"]["wasmop.dev/aggregate-to-host"], "true",
+                "wasmop-base must be aggregated into wasmop"
+            );
             for rule in doc["rules"].as_array().expect("rules") {
                 let strings = |v: &serde_json::Value| -> Vec<String> {
                     v.as_array()
@@ -458,7 +466,7 @@ mod tests {
         }
         assert_eq!(
             granted, needed,
-            "deploy/base/rbac.yaml (ClusterRole wasmop) against the kind table"
+            "deploy/base/rbac.yaml (ClusterRole wasmop-base) against the kind table"
         );
     }
 }

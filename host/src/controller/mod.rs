@@ -26,6 +26,7 @@ use crate::{
     reconcile::{self, Context},
 };
 
+pub(crate) mod bound;
 pub mod coalesce;
 pub mod kinds;
 pub mod reflect;
@@ -52,6 +53,8 @@ pub struct Settings {
     pub policies: Arc<PolicyView>,
     /// The reconcile loop's metrics.
     pub metrics: reconcile::execute::ReconcileMetrics,
+    /// The kinds valid PluginBindings bind, each served by a controller of its own.
+    pub bound: tokio::sync::watch::Receiver<bound::Bound>,
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -64,6 +67,18 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();
+    // One stop for the App controller and every bound kind's.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_on = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = {
+        let mut stop_rx = stop_rx.clone();
+        async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        }
+    };
 
     // The App watch gets its own backoff, like every other watch, and the controller's shared
     // trigger backoff never waits: see `watch_backoff` for the deafness the shared one caused.
@@ -80,7 +95,7 @@ pub async fn run(
     )
     .backoff(WatchBackoff::default())
     .applied_objects()
-    .predicate_filter(app_changed, Default::default());
+    .predicate_filter(parent_changed::<App>, Default::default());
     let app_stream = {
         let apps = apps.clone();
         after_sync(app_stream, synced_rx.clone(), move || {
@@ -90,13 +105,30 @@ pub async fn run(
     let controller = Controller::for_stream(app_stream, apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
-    // Every kind of the kind table: its cache, and its changes as triggers, coalesced per App.
+    // Every kind of the kind table: its cache, and its changes as triggers, coalesced per
+    // parent; an App's go to the App controller, a bound kind's instance's to its kind's.
     let (stores, object_changes) = crate::controller::kinds::start(&client, ns);
+    let routes: bound::Routes = Default::default();
     let object_changes = after_sync(
         crate::controller::coalesce::coalesce(object_changes, settings.coalesce),
         synced_rx.clone(),
         Vec::new,
-    );
+    )
+    .filter_map({
+        let routes = routes.clone();
+        move |key| {
+            let app = (key.mark == wasmop_core::observed::APP_KIND_MARK)
+                .then(|| ObjectRef::<App>::new(&key.name).within(&key.namespace));
+            if app.is_none() {
+                let routes = routes.lock().unwrap_or_else(|p| p.into_inner());
+                // A kind no binding serves (any more): nothing to reconcile.
+                if let Some(route) = routes.get(&key.mark) {
+                    let _ = route.send(key);
+                }
+            }
+            futures::future::ready(app)
+        }
+    });
     let swaps = after_sync(
         plugin_changes(runtime, apps.clone()),
         synced_rx.clone(),
@@ -122,9 +154,28 @@ pub async fn run(
                 })
             }));
     }
+    // The bound kinds' sources are in use while they are bound.
+    {
+        let bound = settings.bound.clone();
+        runtime
+            .watcher
+            .add_users(Arc::new(move |source: &SourceRef| {
+                bound.borrow().values().any(|kind| {
+                    kind.binding.as_ref().is_some_and(|b| {
+                        SourceRef::from_spec(&b.source_namespace, &b.plugin, &OciRules::default())
+                            .is_ok_and(|s| s.location() == source.location())
+                    })
+                })
+            }));
+    }
     let policy_moves = after_sync(
-        policy_changes(settings.policies.clone(), apps.clone()),
-        synced_rx,
+        policy_changes(
+            settings.policies.clone(),
+            apps.clone(),
+            |app: &App| ObjectRef::from_obj(app),
+            |app: &App| app.name_any(),
+        ),
+        synced_rx.clone(),
         Vec::new,
     );
     // An App deleted (or moved out of reach) is no longer due: the stall check of /healthz
@@ -141,8 +192,11 @@ pub async fn run(
                     .iter()
                     .map(|a| format!("{}/{}", a.namespace().unwrap_or_default(), a.name_any()))
                     .collect();
+                // Bound kinds' keys (`<ns>/<Kind>.<group>/<name>`) are their controllers'.
                 health.retain_due(|key| {
-                    keys.contains(key) || mine.as_ref().is_some_and(|p| !key.starts_with(p))
+                    keys.contains(key)
+                        || key.matches('/').count() != 1
+                        || mine.as_ref().is_some_and(|p| !key.starts_with(p))
                 });
             }
         })
@@ -194,11 +248,28 @@ pub async fn run(
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),
     });
+    // The bound kinds' controllers start once the caches have synced, as the App
+    // controller's reconciles do.
+    let bound_kinds = {
+        let shared = Arc::new(bound::Shared {
+            client: client.clone(),
+            namespace: settings.namespace.clone(),
+            ctx: ctx.clone(),
+            runtime: runtime.clone(),
+            concurrency: settings.concurrency,
+        });
+        let (mut synced, bound, stop) = (synced_rx, settings.bound.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            if synced.wait_for(|synced| *synced).await.is_ok() {
+                bound::run(shared, bound, routes, stop).await;
+            }
+        })
+    };
     controller
         .reconcile_on(object_changes)
         .reconcile_on(swaps)
         .reconcile_on(policy_moves)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(stopped)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             match result {
@@ -207,8 +278,11 @@ pub async fn run(
             }
         })
         .await;
+    // The bound kinds' controllers stop with the App controller and finish their reconciles.
+    let _ = bound_kinds.await;
     forget_deleted.abort();
     sync.abort();
+    stop_on.abort();
 }
 
 /// `input`'s items from the moment `synced` turns true, led by what `on_open` gives then.
@@ -251,18 +325,19 @@ where
     opened.flatten()
 }
 
-/// What about an App calls for a reconcile: its spec (generation), others' finalizers and its
-/// deletion; not its status or the host's own finalizer, so the host's own writes (the status,
-/// the finalizer a new App's first reconcile adds) do not reconcile it again.
-fn app_changed(app: &App) -> Option<u64> {
+/// What about a parent (an App, a bound kind's instance) calls for a reconcile: its spec
+/// (generation), others' finalizers and its deletion; not its status or the host's own
+/// finalizer, so the host's own writes (the status, the finalizer a new parent's first
+/// reconcile adds) do not reconcile it again.
+pub(crate) fn parent_changed<K: ResourceExt>(app: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    app.metadata.generation.hash(&mut hasher);
+    app.meta().generation.hash(&mut hasher);
     app.finalizers()
         .iter()
         .filter(|f| *f != reconcile::FINALIZER)
         .for_each(|f| f.hash(&mut hasher));
-    app.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    app.meta().deletion_timestamp.is_some().hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -298,38 +373,48 @@ fn plugin_changes(
         })
 }
 
-/// Every App whose namespace is now governed differently (another policy, changed rules, newly
-/// refused or allowed), or whose ServiceAccount names RBAC bindings now hold differently, after
-/// each change of a policy, a namespace's labels or a binding. The first tick after the caches
-/// sync requeues every App once.
-fn policy_changes(
+/// Every parent whose namespace is now governed differently (another policy, changed rules,
+/// newly refused or allowed), or whose ServiceAccount names RBAC bindings now hold differently,
+/// after each change of a policy, a namespace's labels or a binding. The first tick after the
+/// caches sync requeues every parent once. `refer` names a parent for the controller,
+/// `grantee` as RBAC bindings grant to it ([`crate::parent::Parent::grantee`]).
+pub(crate) fn policy_changes<K>(
     policies: Arc<PolicyView>,
-    apps: Store<App>,
-) -> impl Stream<Item = ObjectRef<App>> + Send + 'static {
+    parents: Store<K>,
+    refer: impl Fn(&K) -> ObjectRef<K> + Send + 'static,
+    grantee: impl Fn(&K) -> String + Send + 'static,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
     type Governed = (Option<Resolution>, Option<wasmop_core::guard::Bound>);
     let last = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
-        ObjectRef<App>,
+        ObjectRef<K>,
         Governed,
     >::new()));
     tokio_stream::wrappers::WatchStream::new(policies.subscribe()).flat_map(move |_| {
         let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-        let mut moved: Vec<ObjectRef<App>> = Vec::new();
+        let mut moved: Vec<ObjectRef<K>> = Vec::new();
         let mut resolved = std::collections::HashMap::new();
         let mut now = std::collections::HashMap::new();
-        for app in apps.state() {
-            let namespace = app.namespace().unwrap_or_default();
+        for parent in parents.state() {
+            let namespace = parent.namespace().unwrap_or_default();
             let resolution = resolved
                 .entry(namespace.clone())
                 .or_insert_with(|| policies.resolve(&namespace))
                 .clone();
-            let key = ObjectRef::from_obj(app.as_ref());
-            let governed = (resolution, policies.bound(&namespace, &app.name_any()));
+            let key = refer(parent.as_ref());
+            let governed = (
+                resolution,
+                policies.bound(&namespace, &grantee(parent.as_ref())),
+            );
             if governed.0.is_some() && last.get(&key) != Some(&governed) {
                 moved.push(key.clone());
             }
             now.insert(key, governed);
         }
-        // Apps gone are forgotten.
+        // Parents gone are forgotten.
         *last = now;
         futures::stream::iter(moved)
     })

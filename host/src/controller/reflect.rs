@@ -1,22 +1,22 @@
 //! Reflectors: a watch of one kind into a cache, each object trimmed before the cache holds it
-//! and the watch backed off on its own, plus the two keys that map an object to its App (its
-//! controlling owner reference, its `wasmop.dev/app` and `wasmop.dev/parent-kind` labels), for
-//! a parent of any kind (`controller_of`, `labelled_parent_of`) and for the `App` (`owner_of`,
-//! `app_of`). The App controller and the kind table both build on it.
+//! and the watch backed off on its own, plus the two keys that map an object to its parent (its
+//! controlling owner reference, [`owner_of`]; its `wasmop.dev/app` and `wasmop.dev/parent-kind`
+//! labels, [`labelled_of`]), of any kind. The controllers and the kind table build on it.
 
 use futures::{Stream, StreamExt, future::BoxFuture};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
         WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
+        reflector::{self, Store},
         watcher,
     },
 };
 use serde::de::DeserializeOwned;
 
+use wasmop_core::observed::{APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, kind_mark};
+
 use super::watch_backoff::WatchBackoff;
-use crate::app::App;
 
 pub(crate) fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -89,41 +89,46 @@ where
     })
 }
 
-/// The name of the parent of `kind` in the API group `group` that controls `object`: its
-/// controlling owner reference (`controller: true`), the one the host sets and the only one it
-/// counts as ownership (see `wasmop_core::observed`), of any version of the kind.
-pub(crate) fn controller_of<'a, K: ResourceExt>(
-    object: &'a K,
-    group: &str,
-    kind: &str,
-) -> Option<&'a str> {
-    let owner = object.owner_references().iter().find(|o| {
-        let owner_group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        o.controller == Some(true) && o.kind == kind && owner_group == group
-    })?;
-    Some(&owner.name)
+/// A parent an object names: its kind mark ([`wasmop_core::observed::kind_mark`]), its
+/// namespace (the object's) and its name. The App controller takes those marked
+/// [`APP_KIND_MARK`]; a bound kind's controller those marked with its kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ParentKey {
+    /// The parent's kind mark.
+    pub mark: String,
+    /// The namespace of the object and its parent.
+    pub namespace: String,
+    /// The parent's name.
+    pub name: String,
 }
 
-/// The name of the parent whose kind mark is `kind_mark` that `object`'s labels name
-/// (`wasmop.dev/app`, with `wasmop.dev/parent-kind` naming that kind, or missing for an App:
-/// [`wasmop_core::observed::parent_name`]).
-pub(crate) fn labelled_parent_of<'a, K: ResourceExt>(
-    object: &'a K,
-    kind_mark: &str,
-) -> Option<&'a str> {
+/// The parent that controls `object`: its controlling owner reference (`controller: true`),
+/// the one the host sets and the only one it counts as ownership (see
+/// `wasmop_core::observed`), of any kind in any version. Kubernetes allows one per object.
+pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ParentKey> {
+    let owner = object
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    Some(ParentKey {
+        mark: kind_mark(group, &owner.kind),
+        namespace: object.namespace()?,
+        name: owner.name.clone(),
+    })
+}
+
+/// The parent `object`'s labels name: `wasmop.dev/app` gives the name, `wasmop.dev/parent-kind`
+/// the kind (missing: an App, [`wasmop_core::observed::parent_name`]).
+pub(crate) fn labelled_of<K: ResourceExt>(object: &K) -> Option<ParentKey> {
     let labels = object.labels();
-    wasmop_core::observed::parent_name(|key| labels.get(key).map(String::as_str), kind_mark)
-}
-
-/// The App that controls `object` ([`controller_of`]).
-pub(crate) fn owner_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let name = controller_of(object, &App::group(&()), &App::kind(&()))?;
-    Some(ObjectRef::new(name).within(&object.namespace()?))
-}
-
-/// The App named by `object`'s labels ([`labelled_parent_of`]): never when they name a parent
-/// of another kind with the same name.
-pub(crate) fn app_of<K: ResourceExt>(object: &K) -> Option<ObjectRef<App>> {
-    let name = labelled_parent_of(object, wasmop_core::observed::APP_KIND_MARK)?;
-    Some(ObjectRef::new(name).within(&object.namespace()?))
+    let name = labels.get(APP_LABEL)?;
+    let mark = labels
+        .get(PARENT_KIND_LABEL)
+        .map_or(APP_KIND_MARK, String::as_str);
+    Some(ParentKey {
+        mark: mark.to_string(),
+        namespace: object.namespace()?,
+        name: name.clone(),
+    })
 }

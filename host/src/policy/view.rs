@@ -510,7 +510,7 @@ fn unchecked_note(kinds: &[String]) -> Option<String> {
 }
 
 /// A condition that keeps its `lastTransitionTime` while its status does not flip.
-fn condition(
+pub(crate) fn condition(
     previous: &[Condition],
     type_: &str,
     status: bool,

@@ -24,31 +24,32 @@ use wasmop_core::{
 };
 
 use super::{
-    Context, Error, app_key,
+    Context, Error,
     execute::publish,
-    prepare::{Resolved, app_ref, call_limits, resolve_plugin},
+    prepare::{Resolved, call_limits, resolve_plugin},
 };
 use crate::{
-    app::App,
+    parent::Parent,
     plugin::{component_calls::ComponentCalls, input::AppContext},
 };
 
 /// Decides and performs one pass of deleting `app`. `Ok` releases the finalizer (kube's
 /// helper removes it next); an `Error::Waiting` keeps it and looks again soon.
-pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
-    let key = app_key(app);
-    let namespace = app.namespace().unwrap_or_default();
-    let (plugin, loaded) = match resolve_plugin(app, ctx, &namespace) {
+pub async fn cleanup(parent: &Parent, ctx: &Context) -> Result<Action, Error> {
+    let app = &parent.app;
+    let (key, label) = (parent.key(), parent.describe());
+    let namespace = parent.namespace();
+    let (plugin, loaded) = match resolve_plugin(parent, ctx) {
         Resolved::PolicyUnknown => {
             return Err(Error::Waiting {
-                app: key,
+                app: label,
                 message: "the namespace's policy is not known yet".into(),
             });
         }
         Resolved::Holding(plugin) => (plugin, None),
         Resolved::Serving { plugin, loaded, .. } => (plugin, Some(loaded)),
     };
-    let app_ref = app_ref(app);
+    let app_ref = parent.app_ref();
     let mut observed = ctx.stores.observe(&app_ref);
     // The claims as the API server has them now, not as the cache last saw them: a claim a
     // workload made just before it stopped must be among those `finalize` decides about.
@@ -56,8 +57,8 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     let claims = list_claims(ctx, &app_ref)
         .await
         .map_err(|source| Error::Kube {
-            app: key.clone(),
-            what: "listing the App's claims".into(),
+            app: label.clone(),
+            what: "listing its claims".into(),
             source,
         })?;
     let retained: Vec<serde_json::Value> = claims.iter().map(|c| c.json.clone()).collect();
@@ -74,7 +75,7 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
     let deletion = match loaded {
         None => decide_deletion(&snapshot, &mut NoPlugin),
         Some(loaded) => {
-            let input = AppContext::new(app, &retained, now.as_millisecond());
+            let input = AppContext::new(&parent.object, &retained, now.as_millisecond());
             // The App's own limits hold for finalize as for every other call.
             let limits = call_limits(app, &loaded);
             let mut calls = ComponentCalls::budgeted(
@@ -88,19 +89,19 @@ pub async fn cleanup_app(app: &App, ctx: &Context) -> Result<Action, Error> {
             tokio::task::spawn_blocking(move || decide_deletion(&snapshot, &mut calls))
                 .await
                 .map_err(|err| Error::Internal {
-                    app: key.clone(),
+                    app: label.clone(),
                     message: format!("the deletion's decision did not finish: {err}"),
                 })?
         }
     };
     tracing::info!(
-        app = %key,
+        parent = %key,
         stop = ?deletion.stop.iter().map(ToString::to_string).collect::<Vec<_>>(),
         delete = ?deletion.delete.iter().map(|k| &k.name).collect::<Vec<_>>(),
         finalizer = ?deletion.finalizer,
         "deletion decision"
     );
-    perform(app, ctx, &namespace, deletion).await
+    perform(parent, ctx, &namespace, deletion).await
 }
 
 /// The claims labelled with the App (by name and kind, [`wasmop_core::observed`]), listed
@@ -135,18 +136,18 @@ async fn list_claims(ctx: &Context, app: &AppRef) -> Result<Vec<ObservedObject>,
 /// Carries out `deletion`: the workloads first (in the foreground: each is gone only once its
 /// pods are), then the claims, then the events; the finalizer as the decision says.
 async fn perform(
-    app: &App,
+    app: &Parent,
     ctx: &Context,
     namespace: &str,
     deletion: Deletion,
 ) -> Result<Action, Error> {
-    let key = app_key(app);
+    let (key, label) = (app.key(), app.describe());
     let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     for workload in &deletion.stop {
         // The core stops only StatefulSets (the workloads that make claims).
         if (workload.api_version.as_str(), workload.kind.as_str()) != ("apps/v1", "StatefulSet") {
             return Err(Error::Internal {
-                app: key,
+                app: label,
                 message: format!("the deletion asked to stop {workload}, which is no StatefulSet"),
             });
         }
@@ -158,7 +159,7 @@ async fn perform(
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => {
                 return Err(Error::Kube {
-                    app: key,
+                    app: label,
                     what: format!("deleting {workload}"),
                     source,
                 });
@@ -172,7 +173,7 @@ async fn perform(
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => {
                 return Err(Error::Kube {
-                    app: key,
+                    app: label,
                     what: format!("deleting claim {}", claim.name),
                     source,
                 });
@@ -189,8 +190,14 @@ async fn perform(
         }
         Finalizer::Wait(message) => {
             ctx.failures.succeeded(&key);
-            Err(Error::Waiting { app: key, message })
+            Err(Error::Waiting {
+                app: label,
+                message,
+            })
         }
-        Finalizer::Retry(message) => Err(Error::Finalizer { app: key, message }),
+        Finalizer::Retry(message) => Err(Error::Finalizer {
+            app: label,
+            message,
+        }),
     }
 }

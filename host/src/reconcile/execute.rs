@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
     runtime::{
         controller::Action,
@@ -28,8 +28,8 @@ use wasmop_core::{
     stamp::AppRef,
 };
 
-use super::{Context, Error, app_key, prepare::Prepared, status};
-use crate::{app::App, controller::kinds::api_resource, write::FIELD_MANAGER};
+use super::{Context, Error, prepare::Prepared, status};
+use crate::{controller::kinds::api_resource, parent::Parent, write::FIELD_MANAGER};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -55,7 +55,8 @@ impl ReconcileMetrics {
         };
         registry.register(
             "reconcile",
-            "Reconciles of Apps by result: success, backoff (the decision was a failure), error",
+            "Reconciles by result (success, backoff: the decision was a failure, error) and the \
+             parent's kind (App.wasmop.dev, or a bound kind as <Kind>.<group>)",
             metrics.reconciles.clone(),
         );
         registry.register(
@@ -81,10 +82,13 @@ impl ReconcileMetrics {
         Self::register(&mut Registry::default())
     }
 
-    /// Counts a reconcile that ended with `result`.
-    pub fn reconciled(&self, result: &'static str, started: Instant) {
+    /// Counts a reconcile of a parent of kind mark `kind` that ended with `result`.
+    pub fn reconciled(&self, result: &'static str, kind: &str, started: Instant) {
         self.reconciles
-            .get_or_create(&vec![("result", result.to_string())])
+            .get_or_create(&vec![
+                ("result", result.to_string()),
+                ("kind", kind.to_string()),
+            ])
             .inc();
         self.duration.observe(started.elapsed().as_secs_f64());
     }
@@ -113,9 +117,8 @@ impl ReconcileMetrics {
 
 /// Decides the reconcile `prepared` describes and performs it.
 pub async fn decide_and_execute(
-    app: &App,
+    app: &Parent,
     ctx: &Context,
-    api: &Api<App>,
     prepared: Prepared,
 ) -> Result<Action, Error> {
     let (snapshot, decision, rules) = match prepared {
@@ -143,12 +146,12 @@ pub async fn decide_and_execute(
             })
             .await
             .map_err(|err| Error::Internal {
-                app: app_key(app),
+                app: app.describe(),
                 message: format!("the decision did not finish: {err}"),
             })?
         }
     };
-    execute(app, ctx, api, &snapshot, decision, rules.as_ref()).await
+    execute(app, ctx, &snapshot, decision, rules.as_ref()).await
 }
 
 /// Why writing a decision's objects stopped.
@@ -161,9 +164,8 @@ enum WriteError {
 
 /// Performs `decision`; returns when to look again.
 pub async fn execute(
-    app: &App,
+    app: &Parent,
     ctx: &Context,
-    api: &Api<App>,
     snapshot: &Snapshot,
     decision: Decision,
     rules: Option<&PlanPolicy>,
@@ -187,26 +189,26 @@ pub async fn execute(
         Err(WriteError::Refused(failure)) => decide::failed(snapshot, failure),
         Err(WriteError::Kube { what, source }) => {
             return Err(Error::Kube {
-                app: app_key(app),
+                app: app.describe(),
                 what,
                 source,
             });
         }
     };
-    let wrote = status::write(api, app, &decision.status)
+    let wrote = status::write(&ctx.client, app, &decision.status)
         .await
         .map_err(|source| Error::Kube {
-            app: app_key(app),
+            app: app.describe(),
             what: "writing status".into(),
             source,
         })?;
     if wrote {
-        ctx.metrics.wrote("status", "App");
+        ctx.metrics.wrote("status", &app.kind.resource.kind);
     }
     for event in &decision.events {
         publish(ctx, app, event).await;
     }
-    let key = app_key(app);
+    let key = app.key();
     let after = match decision.requeue {
         Requeue::Backoff => ctx.failures.failed(&key),
         Requeue::After(after) => {
@@ -233,7 +235,7 @@ fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteE
     };
     Ok(Api::namespaced_with(
         w.ctx.client.clone(),
-        &w.app.namespace().unwrap_or_default(),
+        &w.app.namespace(),
         &api_resource(kind),
     ))
 }
@@ -244,7 +246,7 @@ const IN_FLIGHT: usize = 4;
 
 /// What every write of one decision needs.
 struct Writer<'a> {
-    app: &'a App,
+    app: &'a Parent,
     /// The App's identity: the parent its objects are stamped with.
     parent: &'a AppRef,
     ctx: &'a Context,
@@ -278,7 +280,10 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
             Ok(Some(_)) => {
                 return Err(WriteError::Refused(Failure::new(
                     wasmop_core::conditions::reason::PLAN_REJECTED,
-                    format!("plan rejected: {key} already exists and is not managed by this App"),
+                    format!(
+                        "plan rejected: {key} already exists and is not managed by this {}",
+                        w.parent.kind
+                    ),
                 )));
             }
             Err(source) => {
@@ -336,7 +341,7 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
         return Ok(());
     }
     let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-        Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
+        Api::namespaced(w.ctx.client.clone(), &w.app.namespace());
     let (app, mark) = (&w.parent.name, w.parent.kind_mark());
     let reads: Vec<_> = names
         .iter()
@@ -360,8 +365,9 @@ async fn claims_of_statefulsets(w: &Writer<'_>, decision: &Decision) -> Result<(
                     wasmop_core::conditions::reason::PLAN_REJECTED,
                     format!(
                         "plan rejected: StatefulSet/{set} would take over \
-                         PersistentVolumeClaim/{claim}, which exists and is not this App's \
-                         (wasmop/claimSource)"
+                         PersistentVolumeClaim/{claim}, which exists and is not this {}'s \
+                         (wasmop/claimSource)",
+                        w.parent.kind
                     ),
                 )));
             }
@@ -460,8 +466,7 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
                 format!("backup of slot {slot}: the Job is not a valid batch/v1 Job: {err}"),
             ))
         })?;
-    let api: Api<Job> =
-        Api::namespaced(w.ctx.client.clone(), &w.app.namespace().unwrap_or_default());
+    let api: Api<Job> = Api::namespaced(w.ctx.client.clone(), &w.app.namespace());
     match api.create(&PostParams::default(), &job).await {
         Ok(_) => {
             w.ctx.metrics.wrote("create", "Job");
@@ -473,7 +478,7 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
                 what: what(),
                 source,
             })?;
-            let uid = w.app.metadata.uid.as_deref();
+            let uid = w.app.app.metadata.uid.as_deref();
             let ours = existing
                 .metadata
                 .owner_references
@@ -486,7 +491,8 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
                 Err(WriteError::Refused(Failure::new(
                     wasmop_core::conditions::reason::PLAN_REJECTED,
                     format!(
-                        "backup of slot {slot}: Job {name} already exists and is not this App's"
+                        "backup of slot {slot}: Job {name} already exists and is not this {}'s",
+                        w.parent.kind
                     ),
                 )))
             }
@@ -499,7 +505,7 @@ async fn create_backup(w: &Writer<'_>, slot: &str, job: &PluginObject) -> Result
 }
 
 /// Publishes `event` on `app`; a failure is logged, never fatal.
-pub async fn publish(ctx: &Context, app: &App, event: &Event) {
+pub async fn publish(ctx: &Context, app: &Parent, event: &Event) {
     let event = KubeEvent {
         type_: if event.warning {
             EventType::Warning
@@ -511,8 +517,8 @@ pub async fn publish(ctx: &Context, app: &App, event: &Event) {
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
-        tracing::debug!(app = %app_key(app), error = %err, "publishing an event failed");
+    if let Err(err) = ctx.recorder.publish(&event, &app.object_ref()).await {
+        tracing::debug!(parent = %app.key(), error = %err, "publishing an event failed");
     }
 }
 
@@ -530,7 +536,7 @@ mod tests {
         let mut registry = Registry::with_prefix("wasmop");
         // A family shows in the text only once it has a series: record one of each.
         let reconcile = ReconcileMetrics::register(&mut registry);
-        reconcile.reconciled("success", std::time::Instant::now());
+        reconcile.reconciled("success", "App.wasmop.dev", std::time::Instant::now());
         reconcile.wrote("apply", "ConfigMap");
         let plugin = PluginMetrics::register(&mut registry);
         plugin.load("loaded", "");

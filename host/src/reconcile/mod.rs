@@ -1,4 +1,5 @@
-//! The reconcile of one App: decide, then do.
+//! The reconcile of one parent (an App, or an instance of a bound kind: [`crate::parent`]):
+//! decide, then do.
 //!
 //! 1. [`prepare`]: the namespace's policy, the App's plugin reference and the state of its
 //!    plugin, and a snapshot of the App's objects from the reflector caches ([`fetch`]);
@@ -25,7 +26,8 @@ pub(crate) mod status;
 use std::{sync::Arc, time::Duration};
 
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
+    api::DynamicObject,
     runtime::{
         controller::Action,
         events::Recorder,
@@ -34,8 +36,14 @@ use kube::{
 };
 
 use crate::controller::kinds::Stores;
+use serde::{Serialize, de::DeserializeOwned};
+
 use crate::{
-    api_health::ApiHealth, app::App, plugin::runtime::PluginRuntime, policy::view::PolicyView,
+    api_health::ApiHealth,
+    app::App,
+    parent::{Parent, ParentKind, key_of},
+    plugin::runtime::PluginRuntime,
+    policy::view::PolicyView,
 };
 
 pub use wasmop_core::decide::{RESYNC, SHORT_REQUEUE};
@@ -101,9 +109,9 @@ impl Backoff {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
-    #[error("App {app}: {what}: {source}")]
+    #[error("{app}: {what}: {source}")]
     Kube {
-        /// `namespace/name` of the App.
+        /// The parent, as messages name it (`App team-a/cache`).
         app: String,
         /// What the host was doing.
         what: String,
@@ -113,25 +121,25 @@ pub enum Error {
     },
     /// Deletion waits for something (the policy, the plugin) before it may finish. An error,
     /// not an `Ok` requeue: the finalizer helper removes the finalizer on any `Ok` from cleanup.
-    #[error("App {app}: deletion waits: {message}")]
+    #[error("{app}: deletion waits: {message}")]
     Waiting {
-        /// `namespace/name` of the App.
+        /// The parent, as messages name it (`App team-a/cache`).
         app: String,
         /// What it waits for, and how to stop waiting.
         message: String,
     },
     /// The host itself failed (the decision's thread panicked): a bug, reported with the App.
-    #[error("App {app}: internal error: {message}")]
+    #[error("{app}: internal error: {message}")]
     Internal {
-        /// `namespace/name` of the App.
+        /// The parent, as messages name it (`App team-a/cache`).
         app: String,
         /// What failed.
         message: String,
     },
     /// The finalizer helper failed.
-    #[error("App {app}: finalizer: {message}")]
+    #[error("{app}: finalizer: {message}")]
     Finalizer {
-        /// `namespace/name` of the App.
+        /// The parent, as messages name it (`App team-a/cache`).
         app: String,
         /// What failed.
         message: String,
@@ -150,78 +158,130 @@ impl Error {
     }
 }
 
-fn app_key(app: &App) -> String {
-    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any())
+/// What a reconcile of a bound kind's instance needs besides the [`Context`]: the kind.
+pub struct BoundContext {
+    /// What every reconcile needs.
+    pub ctx: Arc<Context>,
+    /// The bound kind and its binding.
+    pub kind: Arc<ParentKind>,
 }
 
-/// Reconciles one App (the controller's entry point).
+/// Reconciles one App (the App controller's entry point).
 pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = app.namespace().unwrap_or_default();
-    let api: Api<App> = Api::namespaced(ctx.client.clone(), &namespace);
-    let key = app_key(&app);
+    let api: Api<App> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let kind = ParentKind::app();
+    reconcile_object(app, api, |app| Parent::from_app(app, kind.clone()), &ctx).await
+}
+
+/// Reconciles one instance of a bound kind (its controller's entry point).
+pub async fn reconcile_instance(
+    object: Arc<DynamicObject>,
+    bound: Arc<BoundContext>,
+) -> Result<Action, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        bound.ctx.client.clone(),
+        &object.namespace().unwrap_or_default(),
+        &bound.kind.resource,
+    );
+    // A binding being deleted serves the instances it has (their deletion needs it) and takes
+    // no new one: the binding goes once the last is gone, and an instance it took in the
+    // meantime would wait for a `finalize` no host runs any more.
+    if bound.kind.binding.as_ref().is_some_and(|b| b.deleting)
+        && object.meta().deletion_timestamp.is_none()
+        && !object.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let kind = bound.kind.clone();
+    reconcile_object(
+        object,
+        api,
+        |object| Parent::from_instance(object, kind.clone()),
+        &bound.ctx,
+    )
+    .await
+}
+
+/// The reconcile of a parent of any kind: the finalizer, then apply or cleanup.
+async fn reconcile_object<K>(
+    object: Arc<K>,
+    api: Api<K>,
+    parent_of: impl Fn(&K) -> Parent,
+    ctx: &Context,
+) -> Result<Action, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let first = parent_of(&object);
+    let (key, label, mark) = (first.key(), first.describe(), first.kind.mark());
     let _running = ctx.health.reconcile_started(key.clone());
     let _active = ctx.metrics.active();
     let started = std::time::Instant::now();
-    let app = match with_finalizer(&api, app).await {
-        Ok(app) => app,
-        // The App changed since the cache saw it: its watch event is on the way, and the
+    let object = match with_finalizer(&api, object).await {
+        Ok(object) => object,
+        // The object changed since the cache saw it: its watch event is on the way, and the
         // retry reads the finalizers again. Not a failure (no backoff, no warning).
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            ctx.metrics.reconciled("success", started);
+            ctx.metrics.reconciled("success", &mark, started);
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
         Err(source) => {
-            ctx.metrics.reconciled("error", started);
+            ctx.metrics.reconciled("error", &mark, started);
             return Err(Error::Kube {
-                app: key,
+                app: label,
                 what: "adding the finalizer".into(),
                 source,
             });
         }
     };
-    let result = finalizer(&api, FINALIZER, app, |event| async {
+    let result = finalizer(&api, FINALIZER, object, |event| async {
         match event {
-            finalizer::Event::Apply(app) => apply_app(&app, &ctx, &api).await,
-            finalizer::Event::Cleanup(app) => cleanup::cleanup_app(&app, &ctx).await,
+            finalizer::Event::Apply(object) => apply_parent(&parent_of(&object), ctx).await,
+            finalizer::Event::Cleanup(object) => cleanup::cleanup(&parent_of(&object), ctx).await,
         }
     })
     .await;
     // `backoff`: the reconcile ran, but what it decided was a failure (a plugin fault, a plan
-    // refused): the App is retried with backoff like an error.
+    // refused): the parent is retried with backoff like an error.
     let outcome = match &result {
         Err(_) => "error",
         Ok(_) if ctx.failures.is_failing(&key) => "backoff",
         Ok(_) => "success",
     };
-    ctx.metrics.reconciled(outcome, started);
+    ctx.metrics.reconciled(outcome, &mark, started);
     result.map_err(|err| match err {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer {
-            app: key,
+            app: label,
             message: other.to_string(),
         },
     })
 }
 
-/// The App with the cleanup finalizer: added here, so that the same reconcile goes on to apply.
-/// kube's `finalizer` helper adds it and returns, leaving the work to the reconcile its own
-/// write triggers: a second round trip through the watch and the queue for every new App (the
-/// controller's predicate now ignores the host's own finalizer, see `controller::app_changed`).
-/// The patch carries the `resourceVersion` it was computed from, so a concurrent change of the
-/// App fails it (409) rather than overwriting others' finalizers; the retry reads them again.
-async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube::Error> {
-    if app.metadata.deletion_timestamp.is_some() || app.finalizers().iter().any(|f| f == FINALIZER)
+/// The object with the cleanup finalizer: added here, so that the same reconcile goes on to
+/// apply. kube's `finalizer` helper adds it and returns, leaving the work to the reconcile its
+/// own write triggers: a second round trip through the watch and the queue for every new
+/// parent (the controllers' predicates ignore the host's own finalizer, see
+/// `controller::app_changed`). The patch carries the `resourceVersion` it was computed from,
+/// so a concurrent change fails it (409) rather than overwriting others' finalizers; the retry
+/// reads them again.
+async fn with_finalizer<K>(api: &Api<K>, object: Arc<K>) -> Result<Arc<K>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if object.meta().deletion_timestamp.is_some()
+        || object.finalizers().iter().any(|f| f == FINALIZER)
     {
-        return Ok(app);
+        return Ok(object);
     }
-    let mut finalizers = app.finalizers().to_vec();
+    let mut finalizers = object.finalizers().to_vec();
     finalizers.push(FINALIZER.to_string());
     let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
+        "metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()},
     });
     let patched = api
         .patch(
-            &app.name_any(),
+            &object.name_any(),
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
@@ -229,22 +289,45 @@ async fn with_finalizer(api: &Api<App>, app: Arc<App>) -> Result<Arc<App>, kube:
     Ok(Arc::new(patched))
 }
 
-/// What the controller does after a failed reconcile.
+/// What the App controller does after a failed reconcile.
 pub fn error_policy(app: Arc<App>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(app = %app_key(&app), reason = error.metric_label(), error = %error, "reconcile failed");
-    let after = ctx.failures.failed(&app_key(&app));
+    let key = key_of(
+        &ParentKind::app(),
+        &app.namespace().unwrap_or_default(),
+        &app.name_any(),
+    );
+    failed(&key, error, &ctx)
+}
+
+/// What a bound kind's controller does after a failed reconcile.
+pub fn error_policy_instance(
+    object: Arc<DynamicObject>,
+    error: &Error,
+    bound: Arc<BoundContext>,
+) -> Action {
+    let key = key_of(
+        &bound.kind,
+        &object.namespace().unwrap_or_default(),
+        &object.name_any(),
+    );
+    failed(&key, error, &bound.ctx)
+}
+
+fn failed(key: &str, error: &Error, ctx: &Context) -> Action {
+    tracing::warn!(parent = %key, reason = error.metric_label(), error = %error, "reconcile failed");
+    let after = ctx.failures.failed(key);
     ctx.health
-        .reconcile_due(app_key(&app), std::time::Instant::now() + after);
+        .reconcile_due(key.to_string(), std::time::Instant::now() + after);
     Action::requeue(after)
 }
 
-/// Decides and performs one reconcile of a live App.
-async fn apply_app(app: &App, ctx: &Context, api: &Api<App>) -> Result<Action, Error> {
-    let prepared = match prepare::prepare(app, ctx).await {
+/// Decides and performs one reconcile of a live parent.
+async fn apply_parent(parent: &Parent, ctx: &Context) -> Result<Action, Error> {
+    let prepared = match prepare::prepare(parent, ctx).await {
         prepare::Prepared::PolicyUnknown => return Ok(Action::requeue(prepare::POLICY_WAIT)),
         prepared => prepared,
     };
-    execute::decide_and_execute(app, ctx, api, prepared).await
+    execute::decide_and_execute(parent, ctx, prepared).await
 }
 
 #[cfg(test)]

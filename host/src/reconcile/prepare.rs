@@ -1,19 +1,18 @@
 //! Prepare: everything a decision needs, read before anything is decided: the namespace's
-//! policy, the App's plugin reference and whether the plugin can be called, and the snapshot of
+//! policy, the parent's plugin reference (the App's own, or its binding's) and whether the plugin can be called, and the snapshot of
 //! the App's objects (reflector caches, plus any kinds the policy adds, listed live).
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use wasmop_core::{
-    Failure, PluginCalls, PluginState, Snapshot, guard, kind::Kind, stamp::AppRef,
-    status::PluginStatus,
+    Failure, PluginCalls, PluginState, Snapshot, guard, kind::Kind, status::PluginStatus,
 };
 
 use super::{Context, fetch};
 use crate::{
     app::App,
+    parent::Parent,
     plugin::{
         Capability, compiled::CompiledPlugin, component_calls::ComponentCalls, input::AppContext,
         limits::CallLimits, registry::LoadedPlugin, source::SourceRef,
@@ -65,19 +64,6 @@ pub enum Prepared {
         /// The guard under the namespace's policy.
         check: Box<guard::AppCheck>,
     },
-}
-
-/// The App's identity, as the decision core stamps it.
-pub fn app_ref(app: &App) -> AppRef {
-    use kube::Resource as _;
-    AppRef {
-        api_version: App::api_version(&()).into_owned(),
-        kind: App::kind(&()).into_owned(),
-        name: app.name_any(),
-        namespace: app.namespace().unwrap_or_default(),
-        uid: app.uid().unwrap_or_default(),
-        generation: app.metadata.generation,
-    }
 }
 
 /// `status.plugin` for a loaded plugin.
@@ -141,24 +127,37 @@ pub enum Resolved {
 /// The App's plugin: the policy first (an App its namespace refuses does not even load its
 /// plugin), then the source (one the policy does not allow is never fetched), then what the
 /// registry of loaded plugins holds of it.
-pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
+pub fn resolve_plugin(parent: &Parent, ctx: &Context) -> Resolved {
     let refused = |reason: &'static str, message: String| {
         Resolved::Holding(PluginState::Refused { reason, message })
     };
+    let namespace = &parent.namespace();
+    if let Some(invalid) = &parent.invalid {
+        return refused("InvalidSpec", invalid.clone());
+    }
     let governing = match governing(ctx, namespace) {
         None => return Resolved::PolicyUnknown,
         Some(Ok(governing)) => governing,
         Some(Err(reason)) => return refused("NamespaceRefused", reason),
     };
-    let source =
-        match SourceRef::from_spec(namespace, &app.spec.plugin, &governing.rules.source.oci) {
-            Ok(source) => source,
-            Err(message) => return refused("InvalidSource", message),
-        };
+    // A bound kind's plugin is its binding's: messages say which, as the instance's author
+    // cannot fix it.
+    let binding = |message: String| match &parent.kind.binding {
+        Some(binding) => format!("PluginBinding {}: {message}", binding.name),
+        None => message,
+    };
+    let source = match SourceRef::from_spec(
+        &parent.source_namespace(),
+        &parent.app.spec.plugin,
+        &governing.rules.source.oci,
+    ) {
+        Ok(source) => source,
+        Err(message) => return refused("InvalidSource", binding(message)),
+    };
     if let Err(reason) = governing.rules.source.allows_source(&source) {
         return refused(
             "SourceRefused",
-            format!("{reason} (under {})", governing.name),
+            binding(format!("{reason} (under {})", governing.name)),
         );
     }
     let state = ctx.plugins.acquire(&source, namespace);
@@ -186,9 +185,10 @@ pub fn resolve_plugin(app: &App, ctx: &Context, namespace: &str) -> Resolved {
     }
 }
 
-/// Reads what the decision for `app` needs.
-pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
-    let app_ref = app_ref(app);
+/// Reads what the decision for `parent` needs.
+pub async fn prepare(parent: &Parent, ctx: &Context) -> Prepared {
+    let app = &parent.app;
+    let app_ref = parent.app_ref();
     let snapshot =
         |plugin: PluginState, observed: Vec<wasmop_core::observed::ObservedObject>| Snapshot {
             app: app_ref.clone(),
@@ -199,7 +199,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
             plugin,
         };
     let namespace = &app_ref.namespace;
-    let (plugin, loaded, governing) = match resolve_plugin(app, ctx, namespace) {
+    let (plugin, loaded, governing) = match resolve_plugin(parent, ctx) {
         Resolved::PolicyUnknown => return Prepared::PolicyUnknown,
         Resolved::Holding(plugin) => return Prepared::Holding(snapshot(plugin, Vec::new())),
         Resolved::Serving {
@@ -251,10 +251,14 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         &metadata.observes,
         loaded.compiled.capabilities.contains(&Capability::Backup),
     );
-    let input = AppContext::new(app, visible.map(|o| &o.json), snapshot.now.as_millisecond());
+    let input = AppContext::new(
+        &parent.object,
+        visible.map(|o| &o.json),
+        snapshot.now.as_millisecond(),
+    );
     let limits = call_limits(app, &loaded);
     // Synced with the policies: known whenever the policy is.
-    let Some(mut bound) = ctx.policies.bound(namespace, &app_ref.name) else {
+    let Some(mut bound) = ctx.policies.bound(namespace, &parent.grantee()) else {
         return Prepared::PolicyUnknown;
     };
     bound.keep_owned(
@@ -286,7 +290,7 @@ pub async fn prepare(app: &App, ctx: &Context) -> Prepared {
         Arc::new(input),
         limits,
         namespace.clone(),
-        app_ref.key(),
+        parent.key(),
     ));
     Prepared::Serving {
         snapshot,

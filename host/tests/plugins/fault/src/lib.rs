@@ -104,8 +104,10 @@ impl spec_diff::Guest for Fault {
                 message: err.to_string(),
                 field: None,
             })?;
+        // An App's configuration is `spec.config`; a bound kind's instance's, its `spec`.
         let fault = app
             .pointer("/spec/config/fault")
+            .or_else(|| app.pointer("/spec/fault"))
             .and_then(|f| f.as_str())
             .unwrap_or("none");
         let object = |data: String| {

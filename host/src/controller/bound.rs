@@ -1,0 +1,274 @@
+//! The controllers of bound kinds: one kube-runtime Controller over `DynamicObject` for each
+//! kind a valid `PluginBinding` binds ([`crate::binding::serve`] says which), started,
+//! restarted and stopped as the bindings change. A kind found at run time is one
+//! `ApiResource`, not a new code path: the reconcile is the App's ([`crate::reconcile`]), on
+//! the instance read as a [`Parent`](crate::parent::Parent).
+//!
+//! Each controller's triggers are the App controller's, for its kind: changes of the objects
+//! its instances own or label (routed here by kind mark from the kind table's watches), swaps
+//! of the binding's plugin, and moves of the namespaces' policies.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
+
+use futures::{Stream, StreamExt};
+use kube::{
+    Api, Client, ResourceExt,
+    api::DynamicObject,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config as ControllerConfig,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::{BroadcastStream, UnboundedReceiverStream};
+
+use super::{
+    parent_changed, policy_changes,
+    reflect::{ParentKey, slim},
+    watch_backoff::{NoDelay, WatchBackoff},
+};
+use crate::{
+    parent::{ParentKind, key_of},
+    plugin::{
+        runtime::PluginRuntime,
+        source::{OciRules, SourceRef},
+    },
+    reconcile::{self, BoundContext, Context},
+};
+
+/// The kinds to serve, by kind mark: what the bindings say now.
+pub type Bound = BTreeMap<String, Arc<ParentKind>>;
+
+/// Where the kind table's triggers for each bound kind go, by kind mark.
+pub(crate) type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<ParentKey>>>>;
+
+/// What every bound kind's controller of one namespace scope shares.
+pub(crate) struct Shared {
+    /// The API client.
+    pub client: Client,
+    /// `None`: the whole cluster; `Some(ns)`: one namespace.
+    pub namespace: Option<String>,
+    /// What every reconcile needs.
+    pub ctx: Arc<Context>,
+    /// The plugins (for the swap triggers).
+    pub runtime: PluginRuntime,
+    /// Reconciles running at once, per kind.
+    pub concurrency: u16,
+}
+
+/// One running controller.
+struct Running {
+    kind: Arc<ParentKind>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Runs a controller for each kind `bound` names until `stop` resolves, following its changes:
+/// a kind no longer bound, or bound differently (another plugin, version, limits), has its
+/// controller stopped gracefully (in-flight reconciles finish) and, if still bound, started
+/// again with what the binding says now.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut bound: watch::Receiver<Bound>,
+    routes: Routes,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut running: HashMap<String, Running> = HashMap::new();
+    loop {
+        let wanted = bound.borrow_and_update().clone();
+        let stale: Vec<String> = running
+            .iter()
+            .filter(|(mark, r)| wanted.get(*mark) != Some(&r.kind))
+            .map(|(mark, _)| mark.clone())
+            .collect();
+        // Stopped together: each finishes its reconciles in flight, and one slow to do so holds
+        // none of the others.
+        let mut stopping = Vec::new();
+        for mark in stale {
+            if let Some(r) = running.remove(&mark) {
+                lock(&routes).remove(&mark);
+                let _ = r.stop.send(());
+                stopping.push((mark, r.task));
+            }
+        }
+        for (mark, task) in stopping {
+            let _ = task.await;
+            tracing::info!(kind = %mark, "stopped the controller of a bound kind");
+        }
+        for (mark, kind) in wanted {
+            if running.contains_key(&mark) {
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            lock(&routes).insert(mark.clone(), tx);
+            let (stop_tx, stop_rx) = oneshot::channel();
+            tracing::info!(
+                kind = %mark,
+                namespace = shared.namespace.as_deref().unwrap_or("<all>"),
+                "starting the controller of a bound kind"
+            );
+            let task = tokio::spawn(serve_kind(shared.clone(), kind.clone(), rx, stop_rx));
+            running.insert(
+                mark,
+                Running {
+                    kind,
+                    stop: stop_tx,
+                    task,
+                },
+            );
+        }
+        tokio::select! {
+            changed = bound.changed() => if changed.is_err() { break },
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+    lock(&routes).clear();
+    let stopping: Vec<Running> = running.into_values().collect();
+    for r in &stopping {
+        tracing::debug!(kind = %r.kind.mark(), "stopping the controller of a bound kind");
+    }
+    let tasks: Vec<_> = stopping
+        .into_iter()
+        .map(|r| {
+            let _ = r.stop.send(());
+            r.task
+        })
+        .collect();
+    futures::future::join_all(tasks).await;
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The controller of one bound kind, until `stop`.
+async fn serve_kind(
+    shared: Arc<Shared>,
+    kind: Arc<ParentKind>,
+    triggers: mpsc::UnboundedReceiver<ParentKey>,
+    stop: oneshot::Receiver<()>,
+) {
+    let resource = kind.resource.clone();
+    let api: Api<DynamicObject> = match &shared.namespace {
+        Some(ns) => Api::namespaced_with(shared.client.clone(), ns, &resource),
+        None => Api::all_with(shared.client.clone(), &resource),
+    };
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).modify(slim),
+    )
+    .backoff(WatchBackoff::default())
+    .applied_objects()
+    .predicate_filter(parent_changed::<DynamicObject>, Default::default());
+    let controller = Controller::for_stream_with(stream, store.clone(), resource.clone())
+        .trigger_backoff(NoDelay)
+        .with_config(ControllerConfig::default().concurrency(shared.concurrency));
+    let object_changes = {
+        let resource = resource.clone();
+        UnboundedReceiverStream::new(triggers)
+            .map(move |key| ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace))
+    };
+    let swaps = plugin_changes(&shared.runtime, &kind, store.clone());
+    let policy_moves = {
+        let (kind, resource) = (kind.clone(), resource.clone());
+        policy_changes(
+            shared.ctx.policies.clone(),
+            store.clone(),
+            move |o: &DynamicObject| ObjectRef::from_obj_with(o, resource.clone()),
+            move |o: &DynamicObject| format!("{}/{}", kind.mark(), o.name_any()),
+        )
+    };
+    // A deleted instance is no longer due: the stall check of /healthz looks only at instances
+    // the cache still holds. Only this kind's keys are this task's to forget.
+    let forget_deleted = {
+        let (store, kind, health) = (store.clone(), kind.clone(), shared.ctx.health.clone());
+        let prefix_ns = shared.namespace.clone().map(|ns| format!("{ns}/"));
+        let marker = format!("/{}/", kind.mark());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                let keys: std::collections::HashSet<String> = store
+                    .state()
+                    .iter()
+                    .map(|o| key_of(&kind, &o.namespace().unwrap_or_default(), &o.name_any()))
+                    .collect();
+                health.retain_due(|key| {
+                    keys.contains(key)
+                        || !key.contains(&marker)
+                        || prefix_ns.as_ref().is_some_and(|p| !key.starts_with(p))
+                });
+            }
+        })
+    };
+    let context = Arc::new(BoundContext {
+        ctx: shared.ctx.clone(),
+        kind: kind.clone(),
+    });
+    controller
+        .reconcile_on(object_changes)
+        .reconcile_on(swaps)
+        .reconcile_on(policy_moves)
+        .graceful_shutdown_on(async move {
+            let _ = stop.await;
+        })
+        .run(
+            reconcile::reconcile_instance,
+            reconcile::error_policy_instance,
+            context,
+        )
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(instance = %object, "reconciled"),
+                Err(err) => tracing::debug!(error = %err, "reconcile error"),
+            }
+        })
+        .await;
+    forget_deleted.abort();
+    // The kind is no longer served here: none of its instances is due (a stall check of
+    // /healthz on them would restart the host for nothing).
+    let marker = format!("/{}/", kind.mark());
+    let prefix_ns = shared.namespace.clone().map(|ns| format!("{ns}/"));
+    shared.ctx.health.retain_due(|key| {
+        !key.contains(&marker) || prefix_ns.as_ref().is_some_and(|p| !key.starts_with(p))
+    });
+}
+
+/// Every instance of the kind when its binding's plugin changes (swap, load, failure), as
+/// reconcile requests.
+fn plugin_changes(
+    runtime: &PluginRuntime,
+    kind: &ParentKind,
+    store: Store<DynamicObject>,
+) -> impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    let location = kind.binding.as_ref().and_then(|b| {
+        SourceRef::from_spec(&b.source_namespace, &b.plugin, &OciRules::default())
+            .ok()
+            .map(|s| s.location())
+    });
+    let resource = kind.resource.clone();
+    BroadcastStream::new(runtime.registry.subscribe())
+        // A receiver that fell behind lost changes it cannot name: every instance is requeued.
+        .map(|change| change.ok())
+        .flat_map(move |changed: Option<SourceRef>| {
+            let ours = match &changed {
+                None => true,
+                Some(source) => location.as_ref() == Some(&source.location()),
+            };
+            let instances: Vec<ObjectRef<DynamicObject>> = match ours {
+                false => Vec::new(),
+                true => store
+                    .state()
+                    .iter()
+                    .map(|o| ObjectRef::from_obj_with(o.as_ref(), resource.clone()))
+                    .collect(),
+            };
+            futures::stream::iter(instances)
+        })
+}
