@@ -431,6 +431,32 @@ async fn a_kind_bound_to_a_plugin_is_served_like_an_app() -> anyhow::Result<()> 
         "events on the instance: {events}"
     );
 
+    // With the binding gone, the kind is served no more: a new instance gets no finalizer and
+    // no status (its controller stopped; the host runs on).
+    instances
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": format!("{group}/v1"), "kind": "KVStore",
+                "metadata": {"name": "late"},
+                "spec": {"version": "7.2.4", "replicas": 1},
+            }))?,
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let late = instances.get("late").await?;
+    assert!(
+        finalizers(&late).is_empty(),
+        "{:?}",
+        late.metadata.finalizers
+    );
+    assert!(
+        late.data.get("status").is_none(),
+        "{:?}",
+        late.data.get("status")
+    );
+    instances.delete("late", &DeleteParams::default()).await?;
+
     drop(host);
     cleanup.bindings.clear();
     drop(cleanup);
