@@ -4,6 +4,8 @@
 #
 #   tests/bench/run.sh                         N = 100 and 1,000 hello Apps (plus N/10 kvstore)
 #   tests/bench/run.sh --apps 100,1000,5000    any counts; other flags: wasmop-bench --help
+#   tests/bench/run.sh --apps 0 --variants wasm --plugins 0 --bound-kinds 10 --bound-instances 200
+#                                              the bound-kinds scenario alone (a few minutes)
 #
 # It builds the release host, the same host with the plugins linked natively
 # (--features native-plugins), the plugins and the benchmark; starts the local cluster with
@@ -18,17 +20,27 @@ source deploy/local/env.sh
 source tests/local-only.sh
 
 # The largest N decides how many 110-Pod nodes kwok needs: one Pod per hello App, three per
-# kvstore App, and room to spare.
+# kvstore App, and room to spare; the bound-kinds scenario has its instances and as many
+# kvstore Apps up at once, one Pod each, and one more instance.
 max=1000
+bound=200
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   if [[ "${args[i]}" == --apps ]]; then
-    max="$(tr ',' '\n' <<<"${args[i + 1]}" | sort -n | tail -1)"
+    max="$(tr ',' '\n' <<<"${args[i + 1]:-}" | sort -n | tail -1)"
   elif [[ "${args[i]}" == --apps=* ]]; then
     max="$(tr ',' '\n' <<<"${args[i]#--apps=}" | sort -n | tail -1)"
+  elif [[ "${args[i]}" == --bound-instances ]]; then
+    bound="${args[i + 1]:-0}"
+  elif [[ "${args[i]}" == --bound-instances=* ]]; then
+    bound="${args[i]#--bound-instances=}"
   fi
 done
-nodes=$(((max + max * 3 / 10) / 100 + 3))
+pods=$((${max:-0} + ${max:-0} * 3 / 10))
+if ((2 * ${bound:-0} + 1 > pods)); then
+  pods=$((2 * ${bound:-0} + 1))
+fi
+nodes=$((pods / 100 + 3))
 
 deploy/local/setup.sh
 echo "==> building (release): wasmop, wasmop with native plugins, the plugins, wasmop-bench"

@@ -694,8 +694,8 @@ async fn a_host_without_rights_on_the_kind_says_so_until_it_has_them() -> anyhow
         )
         .await?;
     wait_for(
-        // RBAC changes are not watched: the next check after the host's last answer expires
-        // (45 s), at a recheck (15 s).
+        // RBAC changes are not watched: a refused binding is checked again at every recheck
+        // (15 s).
         "the binding to be valid",
         Duration::from_secs(120),
         || async {

@@ -106,7 +106,8 @@ fn objects(text: &str) -> anyhow::Result<BTreeMap<String, Value>> {
 
 /// `labels` (an object's or a Pod template's) of the chart's object, made comparable with the
 /// kustomize one: Helm's own labels go, and the chart's `name`/`component` labels go where
-/// kustomize has none (its RBAC objects carry no labels at all).
+/// kustomize's object lacks them (its RBAC objects carry none, or only wasmop-base's
+/// aggregation label).
 fn strip_helm_labels(chart: &mut Value, kustomize: &Value) {
     let Some(labels) = chart.as_object_mut() else {
         return;
@@ -114,9 +115,12 @@ fn strip_helm_labels(chart: &mut Value, kustomize: &Value) {
     for key in HELM_LABELS {
         labels.remove(key);
     }
-    if kustomize.is_null() {
-        labels.remove("app.kubernetes.io/name");
-        labels.remove("app.kubernetes.io/component");
+    // The chart's own labels on every object, where the base has none of them (it may have
+    // others: wasmop-base's aggregation label).
+    for key in ["app.kubernetes.io/name", "app.kubernetes.io/component"] {
+        if kustomize.get(key).is_none() {
+            labels.remove(key);
+        }
     }
     if labels.is_empty() {
         *chart = Value::Null;

@@ -177,8 +177,8 @@ struct Serve {
     /// Bindings in force whose last check refused them once: a single refusal (a CRD update
     /// or an API server whose caches lag answering 404 for a moment) stops no controller.
     strikes: HashMap<String, u32>,
-    /// What the API server last said the host may do with each resource (group, plural), and
-    /// when.
+    /// When the API server last said the host may do all it does with each resource (group,
+    /// plural).
     access: HashMap<(String, String), (Instant, Result<(), Refusal>)>,
 }
 
@@ -364,8 +364,9 @@ impl Serve {
     }
 
     /// Whether the host may do all it does with instances of `resource`, in every scope it
-    /// watches: asked of the API server, so RBAC decides as it will for the real requests. The
-    /// answer is reused for [`ACCESS_RECHECK`].
+    /// watches: asked of the API server, so RBAC decides as it will for the real requests. A
+    /// yes is reused for [`ACCESS_RECHECK`]; a no is asked again at every pass, as it is what
+    /// an admin is fixing.
     async fn allowed(&mut self, resource: &ApiResource) -> Result<(), Refusal> {
         let key = (resource.group.clone(), resource.plural.clone());
         if let Some((at, answer)) = self.access.get(&key)
@@ -374,13 +375,13 @@ impl Serve {
             return answer.clone();
         }
         let answer = self.review(resource).await;
-        if answer
-            .as_ref()
-            .is_err_and(|refusal| refusal.reason == CHECK_FAILED)
-        {
-            self.access.remove(&key);
-        } else {
-            self.access.insert(key, (Instant::now(), answer.clone()));
+        match &answer {
+            Ok(()) => {
+                self.access.insert(key, (Instant::now(), Ok(())));
+            }
+            Err(_) => {
+                self.access.remove(&key);
+            }
         }
         answer
     }

@@ -18,8 +18,13 @@ pub struct HostSpec {
     /// The kubeconfig of the benchmark identity the host acts as (the audit log counts its
     /// requests).
     pub kubeconfig: PathBuf,
-    /// The namespace it watches.
+    /// The namespace it watches; it names the host's log and its Pod.
     pub namespace: String,
+    /// Namespaces it watches besides (`--namespace a,b`): the bound-kinds scenario's Apps.
+    pub more_namespaces: Vec<String>,
+    /// `--binding-selector`: the PluginBindings it serves. Without it a host serves every
+    /// binding in the cluster, another run's or test's too.
+    pub binding_selector: Option<String>,
     /// Its compiled-plugin cache, kept across restarts.
     pub cache_dir: PathBuf,
     /// The key of that cache, so that a restarted host trusts what the last one compiled.
@@ -49,10 +54,20 @@ impl Host {
             .append(true)
             .open(&spec.log)
             .with_context(|| format!("opening {}", spec.log.display()))?;
-        let started = Instant::now();
-        let child = tokio::process::Command::new(&spec.binary)
+        let namespaces = std::iter::once(&spec.namespace)
+            .chain(&spec.more_namespaces)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut command = tokio::process::Command::new(&spec.binary);
+        command
             .args(["run", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--namespace", &spec.namespace])
+            .args(["--namespace", &namespaces]);
+        if let Some(selector) = &spec.binding_selector {
+            command.args(["--binding-selector", selector]);
+        }
+        let started = Instant::now();
+        let child = command
             .args(["--poll-interval", "1s"])
             .args(["--concurrency", &spec.concurrency.to_string()])
             .arg("--cache-dir")
@@ -218,8 +233,29 @@ pub fn reconciled_apps(
     Ok(served)
 }
 
+/// Whether the host loaded `plugin` (by its metadata name) from its compiled cache, as the first
+/// "plugin loaded" line of `log` from byte `from_byte` on says (`false`: compiled); `None`
+/// when there is no such line.
+pub fn plugin_loaded_from_cache(
+    log: &Path,
+    from_byte: u64,
+    plugin: &str,
+) -> anyhow::Result<Option<bool>> {
+    use std::io::{Read, Seek};
+    let mut file =
+        std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
+    file.seek(std::io::SeekFrom::Start(from_byte))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "plugin loaded" && l["plugin"] == plugin)
+        .and_then(|l| l["cached"].as_bool()))
+}
+
 /// A process's resident memory, MiB.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Memory {
     /// Resident now (`VmRSS`).
     pub rss: f64,

@@ -1,4 +1,4 @@
-//! The run's results as files: `<out>/<date>.json` (everything), `<out>/<date>.md` (the table
+//! The run's results as files: `<out>/<date>.json` (everything), `<out>/<date>.md` (the tables
 //! the README quotes) and two plots, `<date>-converge.svg` and `<date>-writes.svg` (seconds
 //! and API writes against N, one line per variant).
 
@@ -6,7 +6,7 @@ use std::{fmt::Write as _, path::Path};
 
 use anyhow::Context;
 
-use crate::scenarios::{Results, Run};
+use crate::scenarios::{BoundKinds, Results, Run};
 
 /// Writes the JSON, the Markdown table and the plots, and prints the table.
 pub fn write(out: &Path, results: &Results) -> anyhow::Result<()> {
@@ -151,10 +151,74 @@ fn markdown(results: &Results, day: &str) -> String {
             );
         }
     }
+    if let Some(bound) = &results.bound_kinds {
+        bound_kinds(&mut s, bound);
+    }
     for why in &results.skipped {
         let _ = writeln!(s, "\nSkipped: {why}");
     }
+    for why in &results.failed {
+        let _ = writeln!(s, "\nFailed: {why}");
+    }
     s
+}
+
+/// The bound-kinds scenario: the host's memory step by step, what each step added per item,
+/// and the summary against Apps.
+fn bound_kinds(s: &mut String, bound: &BoundKinds) {
+    let _ = writeln!(
+        s,
+        "\nBound kinds (one host watching {} namespaces; every kind bound to the same kvstore image):\n\n\
+         | step | host RSS MiB (anon) | added MiB (anon) | per item MiB (anon) | Valid / Ready s |\n\
+         |---|---|---|---|---|",
+        bound.namespaces
+    );
+    let mut before = None;
+    for step in &bound.steps {
+        let m = &step.memory;
+        let added = before
+            .map(|b: &crate::host::Memory| {
+                format!("{:+.1} ({:+.1})", m.rss - b.rss, m.anon - b.anon)
+            })
+            .unwrap_or_else(|| "–".into());
+        let per = match (step.per_item_mib, step.per_item_anon_mib) {
+            (Some(rss), Some(anon)) => format!("{rss:.2} ({anon:.2})"),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} ({:.1}) | {added} | {per} | {} |",
+            step.step,
+            m.rss,
+            m.anon,
+            opt(step.ready_s, 1)
+        );
+        before = Some(m);
+    }
+    let cache = match bound.first_ready_loading.from_cache {
+        Some(true) => "from the compiled cache",
+        Some(false) => "compiled",
+        None => "how, the host's log did not say",
+    };
+    let _ = writeln!(
+        s,
+        "\nPer bound kind with no instance: {} MiB. A binding for a kind with an instance \
+         waiting: Valid after {:.2} s, the instance Ready after {:.2} s with the plugin loaded \
+         ({:.2} s and {:.2} s when loading it, {cache}).",
+        opt(bound.per_kind_mib, 2),
+        bound.first_ready.valid_s,
+        bound.first_ready.ready_s,
+        bound.first_ready_loading.valid_s,
+        bound.first_ready_loading.ready_s,
+    );
+    if let (Some(instance), Some(app)) = (bound.per_instance_mib, bound.per_app_mib) {
+        let _ = writeln!(
+            s,
+            "Per instance of a bound kind: {instance:.3} MiB; per kvstore App: {app:.3} MiB; \
+             instance / App: {}.",
+            opt(bound.instance_to_app, 2)
+        );
+    }
 }
 
 /// A line plot of `value` against N (hello Apps), one line per variant, in plain SVG.
@@ -273,5 +337,92 @@ fn short(v: f64) -> String {
         format!("{v:.0}")
     } else {
         format!("{v:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::markdown;
+    use crate::{
+        host::Memory,
+        scenarios::{
+            BoundKinds, Machine, Results,
+            bound::{BoundStep, FirstReady},
+        },
+    };
+
+    fn step(step: &str, items: usize, rss: f64, per: Option<f64>) -> BoundStep {
+        BoundStep {
+            step: step.into(),
+            items,
+            memory: Memory {
+                rss,
+                peak: rss,
+                anon: rss - 30.0,
+                file: 30.0,
+            },
+            per_item_mib: per,
+            per_item_anon_mib: per,
+            ready_s: None,
+        }
+    }
+
+    #[test]
+    fn the_bound_kinds_table_has_a_row_per_step_and_the_ratio() {
+        let results = Results {
+            date: "2026-12-07T02:00:00Z".into(),
+            machine: Machine {
+                cpus: 2,
+                memory_gib: 24.0,
+                cpu: "test".into(),
+                kernel: "6.18".into(),
+            },
+            revision: "abc1234".into(),
+            concurrency: 8,
+            runs: Vec::new(),
+            plugins: Vec::new(),
+            bound_kinds: Some(BoundKinds {
+                kinds: 10,
+                instances: 200,
+                namespaces: 2,
+                steps: vec![
+                    step("the host, no kind bound", 0, 60.0, None),
+                    step("10 kinds bound, no instance", 10, 65.0, Some(0.5)),
+                    step("1 more kind bound, its one instance Ready", 0, 70.0, None),
+                    step("200 instances of one kind", 200, 90.0, Some(0.1)),
+                    step("200 kvstore Apps, the same spec", 200, 110.0, Some(0.1)),
+                ],
+                per_kind_mib: Some(0.5),
+                first_ready_loading: FirstReady {
+                    valid_s: 0.4,
+                    ready_s: 2.5,
+                    from_cache: Some(true),
+                },
+                first_ready: FirstReady {
+                    valid_s: 0.3,
+                    ready_s: 1.2,
+                    from_cache: None,
+                },
+                per_instance_mib: Some(0.1),
+                per_app_mib: Some(0.1),
+                instance_to_app: Some(1.0),
+            }),
+            skipped: Vec::new(),
+            failed: vec!["nothing, in truth".into()],
+        };
+        let text = markdown(&results, "2026-12-07");
+        assert!(
+            text.contains(
+                "| 10 kinds bound, no instance | 65.0 (35.0) | +5.0 (+5.0) | 0.50 (0.50) | – |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Per bound kind with no instance: 0.50 MiB."),
+            "{text}"
+        );
+        assert!(text.contains("from the compiled cache"), "{text}");
+        assert!(text.contains("instance / App: 1.00."), "{text}");
+        assert!(text.contains("Failed: nothing, in truth"), "{text}");
     }
 }

@@ -1,5 +1,8 @@
 //! The scenarios, in the order one run takes them: per N, each variant's converge (and, for the
-//! hosts, idle, swap storm and restart from cache); then the plugins scenario once.
+//! hosts, idle, swap storm and restart from cache); then the plugins scenario once, and the
+//! bound-kinds scenario once ([`bound`]).
+
+pub(crate) mod bound;
 
 use std::{
     path::{Path, PathBuf},
@@ -19,6 +22,8 @@ use kube::{
 use serde::Serialize;
 use serde_json::json;
 use wasmop_host::{app::App, plugin::source::oci::OciSource};
+
+pub use bound::BoundKinds;
 
 use crate::{
     Args,
@@ -69,8 +74,14 @@ pub struct Results {
     pub runs: Vec<Run>,
     /// RSS against distinct plugins loaded.
     pub plugins: Vec<PluginsStep>,
+    /// RSS per bound kind and per instance against per App, and the time from a binding to
+    /// its kind's first Ready instance.
+    pub bound_kinds: Option<BoundKinds>,
     /// Variants that could not run, and why.
     pub skipped: Vec<String>,
+    /// Scenarios that failed after others had measured, and why: the results are written,
+    /// then the run fails.
+    pub failed: Vec<String>,
 }
 
 /// The machine.
@@ -205,7 +216,7 @@ fn var(name: &str) -> anyhow::Result<String> {
 /// in `$WASMOP_LOCAL_STATE` (never the shell's `KUBECONFIG`), refused before any request if it
 /// names an API server off loopback.
 async fn local_admin() -> anyhow::Result<Client> {
-    let path = PathBuf::from(var("WASMOP_LOCAL_STATE")?).join("kubeconfig");
+    let path = admin_kubeconfig()?;
     let kubeconfig =
         Kubeconfig::read_from(&path).with_context(|| format!("reading {}", path.display()))?;
     let config =
@@ -222,6 +233,11 @@ async fn local_admin() -> anyhow::Result<Client> {
         path.display()
     );
     Ok(Client::try_from(config)?)
+}
+
+/// The local cluster's admin kubeconfig, as `deploy/local/cluster.sh` wrote it.
+fn admin_kubeconfig() -> anyhow::Result<PathBuf> {
+    Ok(PathBuf::from(var("WASMOP_LOCAL_STATE")?).join("kubeconfig"))
 }
 
 impl Env {
@@ -267,22 +283,27 @@ impl Env {
         self.dir.join(format!("{}.kubeconfig", variant.name()))
     }
 
+    /// The `wasmop` binary of a host variant.
+    fn binary(&self, variant: Variant) -> anyhow::Result<PathBuf> {
+        self.binaries
+            .iter()
+            .find(|(v, _)| *v == variant)
+            .map(|(_, b)| b.clone())
+            .with_context(|| format!("no binary for the {} variant", variant.name()))
+    }
+
     fn host_spec(
         &self,
         variant: Variant,
         namespace: &str,
         concurrency: u16,
     ) -> anyhow::Result<HostSpec> {
-        let binary = self
-            .binaries
-            .iter()
-            .find(|(v, _)| *v == variant)
-            .map(|(_, b)| b.clone())
-            .with_context(|| format!("no binary for the {} variant", variant.name()))?;
         Ok(HostSpec {
-            binary,
+            binary: self.binary(variant)?,
             kubeconfig: self.kubeconfig(variant),
             namespace: namespace.to_string(),
+            more_namespaces: Vec::new(),
+            binding_selector: None,
             cache_dir: self.dir.join(format!("cache-{}", variant.name())),
             cache_key_file: self.dir.join("cache.key"),
             concurrency,
@@ -330,10 +351,15 @@ fn variant_of(component: &[u8], tag: &str) -> Vec<u8> {
     out
 }
 
-fn component(file: &str) -> anyhow::Result<Vec<u8>> {
-    let path = PathBuf::from(var("CARGO_TARGET_DIR")?)
+/// Where `plugins/build.sh` put the component `file`.
+fn component_path(file: &str) -> anyhow::Result<PathBuf> {
+    Ok(PathBuf::from(var("CARGO_TARGET_DIR")?)
         .join("wasm32-wasip2/release")
-        .join(file);
+        .join(file))
+}
+
+fn component(file: &str) -> anyhow::Result<Vec<u8>> {
+    let path = component_path(file)?;
     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
 }
 
@@ -443,10 +469,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Results> {
         concurrency: args.concurrency,
         runs: Vec::new(),
         plugins: Vec::new(),
+        bound_kinds: None,
         skipped: Vec::new(),
+        failed: Vec::new(),
     };
     let stamp = std::process::id();
-    for &n in &args.apps {
+    let has_wasm = env.binaries.iter().any(|(v, _)| *v == Variant::Wasm);
+    // 0 (or an empty list) skips: `--apps 0` runs only the scenarios after the converges.
+    for n in args.apps.iter().copied().filter(|&n| n > 0) {
         for &variant in &args.variants {
             if variant != Variant::Bare && !env.binaries.iter().any(|(v, _)| *v == variant) {
                 let why = format!(
@@ -474,10 +504,21 @@ pub async fn run(args: &Args) -> anyhow::Result<Results> {
             delete_namespace(&env.admin, &namespace).await?;
         }
     }
-    if !args.plugins.is_empty() && env.binaries.iter().any(|(v, _)| *v == Variant::Wasm) {
+    if args.plugins.iter().any(|&p| p > 0) && has_wasm {
         let namespace = format!("bench-plugins-{stamp:x}");
         results.plugins = plugins(&env, args, &namespace).await?;
         delete_namespace(&env.admin, &namespace).await?;
+    }
+    if args.bound_kinds > 0 && has_wasm {
+        // Its failure is reported with the results, not instead of them: the runs before it
+        // (up to an hour) are kept.
+        match bound::run(&env, args, stamp).await {
+            Ok(bound) => results.bound_kinds = Some(bound),
+            Err(err) => {
+                log(format!("bound kinds failed: {err:#}"));
+                results.failed.push(format!("bound kinds: {err:#}"));
+            }
+        }
     }
     Ok(results)
 }
@@ -874,7 +915,7 @@ async fn plugins(env: &Env, args: &Args, namespace: &str) -> anyhow::Result<Vec<
     );
     let mut steps = Vec::new();
     let mut have = 0;
-    let mut targets = args.plugins.clone();
+    let mut targets: Vec<usize> = args.plugins.iter().copied().filter(|&p| p > 0).collect();
     targets.sort_unstable();
     for target in targets {
         let mut created = Vec::new();

@@ -75,6 +75,40 @@ pub fn app(def: &AppDef, image: &str) -> anyhow::Result<App> {
     }))?)
 }
 
+/// A kvstore App with `replicas` members, otherwise as the workload's: the bound-kinds scenario
+/// sets it against an instance of a bound kind with the same spec ([`kvstore_instance`]).
+pub fn kvstore_app(name: &str, image: &str, replicas: u32) -> anyhow::Result<App> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "App",
+        "metadata": {"name": name},
+        "spec": {
+            "plugin": {"image": image},
+            "version": KVSTORE_VERSION,
+            "config": {"replicas": replicas},
+        },
+    }))?)
+}
+
+/// An instance of the `KVStore` kind of `group` (as `wasmop plugin crd` defines it): what its
+/// author writes, the version and the configuration of a [`kvstore_app`] in one `spec`.
+pub fn kvstore_instance(group: &str, name: &str, replicas: u32) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "KVStore",
+        "metadata": {"name": name},
+        "spec": {"version": KVSTORE_VERSION, "replicas": replicas},
+    }))?)
+}
+
+/// Whether an object's `status.conditions` holds `type_` with status True (an instance of a
+/// bound kind is read as a `DynamicObject`; its status is an App's).
+pub fn condition_true(status: &Value, type_: &str) -> bool {
+    status["conditions"].as_array().is_some_and(|conditions| {
+        conditions
+            .iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
 /// What the host would apply for `def` in `namespace`, without owner references (the bare
 /// applier has no App to own them, and the garbage collector would delete objects owned by a
 /// uid that does not exist).
@@ -212,7 +246,7 @@ impl Tracker {
     /// Watches `api` from `start` and records, for each mark, when each object first met it.
     pub fn watch<K>(api: Api<K>, start: Instant, marks: Vec<Mark<K>>) -> Self
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     {
         let (tx, rx) = tokio::sync::watch::channel(HashMap::new());
         let task = tokio::spawn(async move {
