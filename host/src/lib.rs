@@ -23,6 +23,7 @@
 //! - **Running**: [`run`], [`cli`], [`crd_install`], [`probes`], [`api_health`],
 //!   [`telemetry`], [`app`] (the App resource).
 //! - **The plugin author's CLI**: [`plugin_cli`].
+//! - **Webhooks**: [`webhook`] (admission and conversion by plugins; so far the certificates).
 
 pub(crate) mod api_health;
 pub mod app;
@@ -39,6 +40,7 @@ pub(crate) mod probes;
 pub mod reconcile;
 pub mod run;
 pub mod telemetry;
+pub mod webhook;
 pub(crate) mod write;
 
 // A plugin call allocates on the host for its Store, its WASI context and what it lifts out of
