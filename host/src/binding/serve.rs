@@ -231,6 +231,10 @@ impl Serve {
                 .iter()
                 .find(|(_, k)| k.binding.as_ref().is_some_and(|b| b.name == name))
                 .map(|(mark, kind)| (mark.clone(), kind.clone()));
+            if held.is_none() {
+                // Strikes count against a kind in force only.
+                self.strikes.remove(&name);
+            }
             if let Err(refusal) = &verdict {
                 let unchecked = refusal.reason == CHECK_FAILED;
                 let first_strike = held.is_some() && {

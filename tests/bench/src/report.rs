@@ -212,11 +212,16 @@ fn bound_kinds(s: &mut String, bound: &BoundKinds) {
         bound.first_ready_loading.ready_s,
     );
     if let (Some(instance), Some(app)) = (bound.per_instance_mib, bound.per_app_mib) {
+        // RSS that fell while parents were added is the allocator giving memory back, not a
+        // cost below zero: no ratio is made of it.
+        let ratio = match (instance > 0.0, app > 0.0) {
+            (true, true) => opt(bound.instance_to_app, 2),
+            _ => "not measured (RSS fell over a step: the allocator returned memory)".to_string(),
+        };
         let _ = writeln!(
             s,
             "Per instance of a bound kind: {instance:.3} MiB; per kvstore App: {app:.3} MiB; \
-             instance / App: {}.",
-            opt(bound.instance_to_app, 2)
+             instance / App: {ratio}.",
         );
     }
 }

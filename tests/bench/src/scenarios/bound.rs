@@ -427,10 +427,12 @@ async fn first_ready(
     instances
         .create(
             &PostParams::default(),
-            &workload::kvstore_instance(&kind.group, "first", 1)?,
+            // Named after its kind: the two timed kinds' instances share the namespace, and
+            // two parents of one name plan objects of one name (the second would be refused).
+            &workload::kvstore_instance(&kind.group, &kind.binding, 1)?,
         )
         .await
-        .with_context(|| format!("creating KVStore first of {}", kind.group))?;
+        .with_context(|| format!("creating KVStore {} of {}", kind.binding, kind.group))?;
     let start = Instant::now();
     let mut ready = Tracker::watch(instances, start, vec![Box::new(instance_ready)]);
     let valid_s = bind(
