@@ -12,7 +12,7 @@
 
 use std::{process::Command, time::Duration};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{ConfigMap, PersistentVolumeClaim},
@@ -31,33 +31,10 @@ use wasmop_host::{app::App, binding::PluginBinding, plugin::source::oci::OciSour
 use crate::{
     apps::{BINDING_LABEL, Host, app, push_kvstore, ready_at, wait_app},
     harness::{
-        Local, TestNamespace, component, kubectl, plugin_configmap, unique, wait_for, wasmop_binary,
+        Local, TestNamespace, component, kubectl, kubectl_ok, plugin_configmap, unique, wait_for,
+        wasmop_binary,
     },
 };
-
-/// Runs `command`: whether it succeeded, and its stdout and stderr together.
-async fn run(mut command: Command) -> anyhow::Result<(bool, String)> {
-    let out = tokio::task::spawn_blocking(move || command.output()).await??;
-    Ok((
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
-}
-
-/// `kubectl ARGS`, which must succeed; its output.
-async fn kubectl_ok(local: &Local, args: &[&str]) -> anyhow::Result<String> {
-    let mut command = kubectl(local)?;
-    command.args(args);
-    let (ok, said) = run(command).await?;
-    if !ok {
-        bail!("kubectl {}: {said}", args.join(" "));
-    }
-    Ok(said)
-}
 
 /// Deletes what the test made outside its namespace when dropped, even when it failed: the
 /// bindings (their finalizer first: no host may be left to release it), the CRD and the role.

@@ -501,3 +501,27 @@ pub async fn metric_sum(url: &str, name: &str) -> anyhow::Result<f64> {
     }
     Ok(sum)
 }
+
+/// Runs `command`, returning whether it succeeded and its stdout and stderr together.
+pub async fn run(mut command: std::process::Command) -> anyhow::Result<(bool, String)> {
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+/// `kubectl ARGS`, which must succeed; its output.
+pub async fn kubectl_ok(local: &Local, args: &[&str]) -> anyhow::Result<String> {
+    let mut command = kubectl(local)?;
+    command.args(args);
+    let (ok, said) = run(command).await?;
+    if !ok {
+        anyhow::bail!("kubectl {}: {said}", args.join(" "));
+    }
+    Ok(said)
+}

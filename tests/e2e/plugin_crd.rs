@@ -9,33 +9,11 @@
 
 use std::{process::Command, time::Duration};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use crate::harness::{Local, TestNamespace, kubectl, unique, wait_for, wasmop_binary};
-
-/// Runs `command`, returning whether it succeeded and its stdout and stderr together.
-async fn run(mut command: Command) -> anyhow::Result<(bool, String)> {
-    let out = tokio::task::spawn_blocking(move || command.output()).await??;
-    Ok((
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
-}
-
-/// `kubectl ARGS`, which must succeed; its output.
-async fn kubectl_ok(local: &Local, args: &[&str]) -> anyhow::Result<String> {
-    let mut command = kubectl(local)?;
-    command.args(args);
-    let (ok, said) = run(command).await?;
-    if !ok {
-        bail!("kubectl {}: {said}", args.join(" "));
-    }
-    Ok(said)
-}
+use crate::harness::{
+    Local, TestNamespace, kubectl, kubectl_ok, run, unique, wait_for, wasmop_binary,
+};
 
 /// `kubectl apply -f -` of `yaml` in `namespace`: whether the API server accepted it, and what
 /// kubectl said.
