@@ -106,6 +106,35 @@ fn binding(name: &str, ns: &str, group: &str, image: &str) -> anyhow::Result<Plu
     }))?)
 }
 
+/// `kubectl wait --for=condition=Ready` of `resource` (`<plural>.<group>/<name>`) in
+/// `namespace`, for up to 120 s.
+async fn wait_ready(local: &Local, namespace: &str, resource: &str) -> anyhow::Result<()> {
+    kubectl_ok(
+        local,
+        &[
+            "wait",
+            "-n",
+            namespace,
+            "--for=condition=Ready",
+            "--timeout=120s",
+            resource,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+/// The condition `type_` of the instance `object`, whole (`null` when it has none).
+fn condition_json(object: &DynamicObject, type_: &str) -> serde_json::Value {
+    object.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// A condition of the instance `object`: status, reason.
 fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
     object.data["status"]["conditions"]
@@ -270,18 +299,7 @@ async fn a_kind_bound_to_a_plugin_is_served_like_an_app() -> anyhow::Result<()> 
         "spec": {"version": "7.2.4", "replicas": 1, "retention": "Delete"},
     }))?;
     instances.create(&PostParams::default(), &instance).await?;
-    kubectl_ok(
-        &local,
-        &[
-            "wait",
-            "-n",
-            &ns.name,
-            "--for=condition=Ready",
-            "--timeout=120s",
-            &format!("kvstores.{group}/cache"),
-        ],
-    )
-    .await?;
+    wait_ready(&local, &ns.name, &format!("kvstores.{group}/cache")).await?;
     let served = instances.get("cache").await?;
     let status = &served.data["status"];
     assert_eq!(status["version"], "7.2.4", "{status}");
@@ -503,28 +521,11 @@ async fn an_app_and_an_instance_of_one_name_keep_apart() -> anyhow::Result<()> {
         },
     )
     .await?;
-    let ready = &refused.data["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready")
-        .cloned()
-        .unwrap_or_default();
+    let ready = condition_json(&refused, "Ready");
     let message = ready["message"].as_str().unwrap_or_default();
     assert_eq!(ready["reason"], "PlanRejected", "{ready}");
     assert!(message.contains("not managed by this KVStore"), "{message}");
-    kubectl_ok(
-        &local,
-        &[
-            "wait",
-            "-n",
-            &ns.name,
-            "--for=condition=Ready",
-            "--timeout=120s",
-            &format!("kvstores.{group}/other"),
-        ],
-    )
-    .await?;
+    wait_ready(&local, &ns.name, &format!("kvstores.{group}/other")).await?;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let owner_kind = |set: &StatefulSet| {
         set.metadata
@@ -688,18 +689,7 @@ async fn a_host_without_rights_on_the_kind_says_so_until_it_has_them() -> anyhow
         "spec": {"version": "7.2.4", "replicas": 1},
     }))?;
     instances.create(&PostParams::default(), &instance).await?;
-    kubectl_ok(
-        &local,
-        &[
-            "wait",
-            "-n",
-            &ns.name,
-            "--for=condition=Ready",
-            "--timeout=120s",
-            &format!("kvstores.{group}/cache"),
-        ],
-    )
-    .await?;
+    wait_ready(&local, &ns.name, &format!("kvstores.{group}/cache")).await?;
     instances.delete("cache", &DeleteParams::default()).await?;
     wait_for("the instance to go", Duration::from_secs(60), || async {
         Ok(instances.get_opt("cache").await?.is_none().then_some(()))
@@ -790,13 +780,7 @@ async fn a_bound_kinds_plans_meet_the_guard() -> anyhow::Result<()> {
         },
     )
     .await?;
-    let ready = stalled.data["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready")
-        .cloned()
-        .unwrap_or_default();
+    let ready = condition_json(&stalled, "Ready");
     assert_eq!(ready["reason"], "PlanRejected", "{ready}");
     assert!(
         ready["message"]
@@ -829,18 +813,7 @@ async fn a_bound_kinds_plans_meet_the_guard() -> anyhow::Result<()> {
             }))?,
         )
         .await?;
-    kubectl_ok(
-        &local,
-        &[
-            "wait",
-            "-n",
-            &ns.name,
-            "--for=condition=Ready",
-            "--timeout=120s",
-            &format!("greetings.{greet_group}/hi"),
-        ],
-    )
-    .await?;
+    wait_ready(&local, &ns.name, &format!("greetings.{greet_group}/hi")).await?;
 
     for (api, name) in [(&faulties, "bad"), (&greetings, "hi")] {
         api.delete(name, &DeleteParams::default()).await?;
