@@ -56,7 +56,7 @@ if [[ "$only" == all ]]; then
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/kvstore.wasm" "$CARGO_TARGET_DIR/wasm32-wasip2/release/kvstore-v2.wasm"
   plugins/build.sh
   # The hostile test guests of host/tests/runtime.rs (see host/tests/plugins/README.md).
-  cargo build --locked --release --target wasm32-wasip2 -p fault-plugin -p wrong-world-plugin -p v0-1-plugin
+  cargo build --locked --release --target wasm32-wasip2 -p fault-plugin -p wrong-world-plugin -p v0-1-plugin -p v0-2-plugin
 
   step "unit and runtime tests"
   cargo test --workspace --locked --exclude wasmop-e2e

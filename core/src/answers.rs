@@ -23,14 +23,20 @@
 //! - metadata's configuration schema can be a CustomResourceDefinition's ([`config_schema`]:
 //!   bounded JSON, an object, structural once rewritten by [`crate::structural`]), and its
 //!   printer columns are at most [`MAX_PRINTER_COLUMNS`], with distinct names that are not the
-//!   host's ([`RESERVED_COLUMNS`]) and JSONPaths starting with `.` ([`check_printer_columns`]).
+//!   host's ([`RESERVED_COLUMNS`]) and JSONPaths starting with `.` ([`check_printer_columns`]);
+//! - metadata's API versions are at most [`MAX_API_VERSIONS`], uniquely named DNS-1035 labels,
+//!   each schema made structural as the configuration's ([`api_versions`], [`check_api_versions`]),
+//!   and at least two when the plugin exports `convert` ([`check_convertible`]).
+//!
+//! The answers of the admission capabilities (`validate`, `convert`) have their rules beside
+//! their requests, in [`crate::admission`].
 //!
 //! What the host writes of an answer into status is bounded again there
 //! ([`crate::status::bounded`]); that is a limit on status, not a rule on answers.
 
 use std::{collections::BTreeSet, fmt, time::Duration};
 
-use crate::object::PluginObject;
+use crate::{capability::Capability, object::PluginObject};
 
 /// What the plugin says about itself in `metadata`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -51,6 +57,22 @@ pub struct PluginMetadata {
     pub config_schema: Option<serde_json::Value>,
     /// Columns `kubectl get` shows for a kind bound to the plugin.
     pub printer_columns: Vec<PrinterColumn>,
+    /// The API versions of a bound kind the plugin knows, oldest first, each with its
+    /// configuration's schema made structural ([`api_versions`]); empty: one version, whose
+    /// schema is [`Self::config_schema`] (and always for a plugin older than
+    /// `wasmop:plugin@0.3.0`).
+    pub versions: Vec<ApiVersionSchema>,
+}
+
+/// One API version of a bound kind, as the plugin knows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiVersionSchema {
+    /// The version, e.g. `v1alpha1`.
+    pub name: String,
+    /// The configuration's schema at this version, made structural as
+    /// [`PluginMetadata::config_schema`] is; `None`: free-form.
+    pub config_schema: Option<serde_json::Value>,
 }
 
 /// The type of a printer column's values, as a CustomResourceDefinition's
@@ -259,6 +281,13 @@ pub const MAX_COLUMN_DESCRIPTION_BYTES: usize = 256;
 /// otherwise.
 pub const RESERVED_COLUMNS: [&str; 3] = ["Ready", "Version", "Age"];
 
+/// Most API versions a plugin may list. Each carries a schema of up to 256 KiB into the kind's
+/// CustomResourceDefinition, which the API server stores whole (an object of at most about
+/// 1.5 MiB in etcd); real kinds serve two or three versions at once.
+pub const MAX_API_VERSIONS: usize = 8;
+/// Longest API version name: a DNS-1035 label, as the API server takes a CRD's version names.
+pub const MAX_API_VERSION_BYTES: usize = 63;
+
 /// Why the host refuses a plugin's answer (as [`BAD_OUTPUT`]): the variant is the rule broken,
 /// [`AnswerError::field`] the field of the answer at fault (as the WIT names it). The message is
 /// the host's, word for word, wherever the answer is checked.
@@ -379,6 +408,56 @@ pub enum AnswerError {
         /// The rule it breaks.
         reason: String,
     },
+    /// An API version that breaks one of [`check_api_versions`]' rules, or whose schema
+    /// [`api_versions`] cannot make structural.
+    #[error("metadata API version {name:?}: {reason}")]
+    BadApiVersion {
+        /// e.g. `versions[1].name`, `versions[0].config-schema`, or `versions` for their count.
+        field: String,
+        /// The version's name as returned.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// A plugin that exports `convert` and lists fewer than two API versions to convert between.
+    #[error(
+        "metadata lists {count} API versions; a plugin that exports convert lists the two or \
+         more it converts between"
+    )]
+    NotConvertible {
+        /// `versions`.
+        field: String,
+        /// Versions listed.
+        count: usize,
+    },
+    /// A list longer than its bound (a verdict's violations or warnings).
+    #[error("{count} {field}; at most {max}")]
+    TooMany {
+        /// e.g. `violations`, `warnings`.
+        field: String,
+        /// Entries returned.
+        count: usize,
+        /// Its bound.
+        max: usize,
+    },
+    /// A text that is too long or holds control characters (a violation's field or message, a
+    /// warning).
+    #[error("{field} {reason}")]
+    BadText {
+        /// e.g. `violations[0].message`, `warnings[2]`.
+        field: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// A converted object that is not the object asked for at the desired version
+    /// ([`crate::admission::check_converted`]).
+    #[error("converted object: {reason}")]
+    BadConversion {
+        /// e.g. `apiVersion`, `metadata.uid`, `object`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl AnswerError {
@@ -397,7 +476,12 @@ impl AnswerError {
             | Self::MetadataTooLong { field, .. }
             | Self::BadName { field, .. }
             | Self::BadConfigSchema { field, .. }
-            | Self::BadPrinterColumn { field, .. } => field,
+            | Self::BadPrinterColumn { field, .. }
+            | Self::BadApiVersion { field, .. }
+            | Self::NotConvertible { field, .. }
+            | Self::TooMany { field, .. }
+            | Self::BadText { field, .. }
+            | Self::BadConversion { field, .. } => field,
         }
     }
 }
@@ -429,7 +513,8 @@ pub fn check_metadata(metadata: &PluginMetadata) -> Result<(), AnswerError> {
             name: metadata.name.clone(),
         });
     }
-    check_printer_columns(&metadata.printer_columns)
+    check_printer_columns(&metadata.printer_columns)?;
+    check_api_versions(&metadata.versions)
 }
 
 /// The configuration schema `metadata.get` returned as JSON text (`config-schema`), made
@@ -442,6 +527,104 @@ pub fn config_schema(text: Option<&str>) -> Result<Option<serde_json::Value>, An
         })
     })
     .transpose()
+}
+
+/// The API versions `metadata.get` returned (`versions`: each name and schema as JSON text),
+/// each schema made structural as [`config_schema`] makes the configuration's; counted first
+/// (at most [`MAX_API_VERSIONS`]), since making a schema structural is the costly part.
+pub fn api_versions(
+    versions: Vec<(String, Option<String>)>,
+) -> Result<Vec<ApiVersionSchema>, AnswerError> {
+    check_api_version_count(versions.len(), |i| versions[i].0.clone())?;
+    versions
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, schema))| {
+            let config_schema = config_schema(schema.as_deref()).map_err(|err| {
+                let reason = match err {
+                    AnswerError::BadConfigSchema { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                AnswerError::BadApiVersion {
+                    field: format!("versions[{index}].config-schema"),
+                    name: name.clone(),
+                    reason: format!("config-schema: {reason}"),
+                }
+            })?;
+            Ok(ApiVersionSchema {
+                name,
+                config_schema,
+            })
+        })
+        .collect()
+}
+
+/// Checks a plugin's API versions: at most [`MAX_API_VERSIONS`], each name a DNS-1035 label
+/// (lower-case letters, digits and `-`, starting with a letter, at most
+/// [`MAX_API_VERSION_BYTES`]: what a CustomResourceDefinition takes as a version's name), none
+/// named twice.
+pub fn check_api_versions(versions: &[ApiVersionSchema]) -> Result<(), AnswerError> {
+    check_api_version_count(versions.len(), |i| versions[i].name.clone())?;
+    let mut seen = BTreeSet::new();
+    for (index, version) in versions.iter().enumerate() {
+        let bad = |reason: &str| AnswerError::BadApiVersion {
+            field: format!("versions[{index}].name"),
+            name: version.name.clone(),
+            reason: reason.into(),
+        };
+        if !is_dns_1035_label(&version.name) {
+            return Err(bad(&format!(
+                "a version is named by 1 to {MAX_API_VERSION_BYTES} lower-case letters, digits \
+                 and '-', starting with a letter (a DNS-1035 label such as v1alpha1)"
+            )));
+        }
+        if !seen.insert(version.name.as_str()) {
+            return Err(bad("another version has this name"));
+        }
+    }
+    Ok(())
+}
+
+/// At most [`MAX_API_VERSIONS`] of `count` versions; `name` names the one at an index.
+fn check_api_version_count(
+    count: usize,
+    name: impl Fn(usize) -> String,
+) -> Result<(), AnswerError> {
+    if count > MAX_API_VERSIONS {
+        return Err(AnswerError::BadApiVersion {
+            field: "versions".into(),
+            name: name(MAX_API_VERSIONS),
+            reason: format!("{count} versions; at most {MAX_API_VERSIONS}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that a plugin exporting `convert` (among `capabilities`) lists at least two API
+/// versions: a conversion needs two versions to convert between, and the host serves a
+/// conversion webhook only for the versions listed.
+pub fn check_convertible(
+    metadata: &PluginMetadata,
+    capabilities: &BTreeSet<Capability>,
+) -> Result<(), AnswerError> {
+    if capabilities.contains(&Capability::Convert) && metadata.versions.len() < 2 {
+        return Err(AnswerError::NotConvertible {
+            field: "versions".into(),
+            count: metadata.versions.len(),
+        });
+    }
+    Ok(())
+}
+
+/// A DNS-1035 label: 1 to [`MAX_API_VERSION_BYTES`] lower-case letters, digits and `-`,
+/// starting with a letter and not ending with `-`.
+fn is_dns_1035_label(name: &str) -> bool {
+    (1..=MAX_API_VERSION_BYTES).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Checks a plugin's printer columns: at most [`MAX_PRINTER_COLUMNS`]; each named by 1 to
@@ -760,6 +943,14 @@ mod tests {
             observes: vec!["v1/Pod".into()],
             config_schema: None,
             printer_columns: vec![column("Replicas", ".spec.replicas")],
+            versions: vec![version("v1alpha1"), version("v1")],
+        }
+    }
+
+    fn version(name: &str) -> ApiVersionSchema {
+        ApiVersionSchema {
+            name: name.into(),
+            config_schema: None,
         }
     }
 
@@ -980,6 +1171,107 @@ mod tests {
                 ),
             ),
         ]);
+    }
+
+    #[test]
+    fn api_versions_are_few_distinct_dns_labels() {
+        let with = |names: &[&str]| {
+            let mut m = metadata();
+            m.versions = names.iter().map(|n| version(n)).collect();
+            check_metadata(&m)
+        };
+        let at = |i: usize, name: &str, reason: &str| {
+            bad(
+                &format!("versions[{i}].name"),
+                format!("metadata API version {name:?}: {reason}"),
+            )
+        };
+        let label = "a version is named by 1 to 63 lower-case letters, digits and '-', \
+                     starting with a letter (a DNS-1035 label such as v1alpha1)";
+        let nine: Vec<String> = (0..9).map(|i| format!("v{i}")).collect();
+        let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+        assert_cases(vec![
+            ("none", with(&[]), None),
+            ("two", with(&["v1alpha1", "v1"]), None),
+            ("a dash", with(&["v1-beta"]), None),
+            ("eight", with(&nine[..8]), None),
+            (
+                "nine",
+                with(&nine),
+                bad(
+                    "versions",
+                    r#"metadata API version "v8": 9 versions; at most 8"#,
+                ),
+            ),
+            (
+                "twice",
+                with(&["v1", "v1"]),
+                at(1, "v1", "another version has this name"),
+            ),
+            ("upper case", with(&["V1"]), at(0, "V1", label)),
+            ("a digit first", with(&["1v"]), at(0, "1v", label)),
+            (
+                "a group",
+                with(&["data.example.com/v1"]),
+                at(0, "data.example.com/v1", label),
+            ),
+            ("empty", with(&[""]), at(0, "", label)),
+            ("a dash last", with(&["v1-"]), at(0, "v1-", label)),
+            (
+                "too long",
+                with(&[&*"v".repeat(64)]),
+                at(0, &"v".repeat(64), label),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn api_version_schemas_are_made_structural_or_refused() {
+        let versions = api_versions(vec![
+            ("v1alpha1".to_string(), None),
+            (
+                "v1".to_string(),
+                Some(
+                    r#"{"type": "object", "properties": {"a": {"type": ["string", "null"]}}}"#
+                        .into(),
+                ),
+            ),
+        ])
+        .expect("structural");
+        assert_eq!(versions[0], version("v1alpha1"));
+        assert_eq!(
+            versions[1].config_schema,
+            Some(
+                serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true}}})
+            )
+        );
+        let err = api_versions(vec![
+            ("v1".to_string(), None),
+            ("v2".to_string(), Some(r#"{"type": "array"}"#.into())),
+        ])
+        .expect_err("not an object");
+        assert_eq!(err.field(), "versions[1].config-schema");
+        assert_eq!(
+            err.to_string(),
+            "metadata API version \"v2\": config-schema: the configuration's schema must be of \
+             `type: object` (a CRD's spec is an object) (at .)"
+        );
+    }
+
+    #[test]
+    fn a_converting_plugin_lists_two_versions() {
+        let converting: BTreeSet<Capability> = [Capability::SpecDiff, Capability::Convert].into();
+        let mut m = metadata();
+        check_convertible(&m, &converting).expect("two versions");
+        m.versions.pop();
+        let err = check_convertible(&m, &converting).expect_err("one version");
+        assert_eq!(err.field(), "versions");
+        assert_eq!(
+            err.to_string(),
+            "metadata lists 1 API versions; a plugin that exports convert lists the two or more \
+             it converts between"
+        );
+        check_convertible(&m, &[Capability::Validate].into()).expect("no convert");
     }
 
     #[test]

@@ -1,13 +1,21 @@
 //! The capability table: every capability a plugin may export, one per optional WIT interface,
-//! and each capability's facts in one entry: its WIT interface name, the call the decision core
-//! makes of it and what that call answers.
+//! and each capability's facts in one entry: its WIT interface name, its function and, for the
+//! capabilities the decision core calls, the call it makes and what that call answers.
+//!
+//! The table has two parts. The decision capabilities (`spec-diff` to `finalize`) are called by
+//! the decision core on a reconcile or deletion: each is bound to its call type, and
+//! [`PluginCalls`] makes every caller (the host's and the CLI's `ComponentCalls`, the SDK's
+//! `NativeCalls`, [`NoPlugin`](crate::decide::NoPlugin)) answer it. The admission capabilities
+//! (`validate`, `convert`) are called by the host's webhooks, one object at a time and outside
+//! any reconcile ([`crate::admission`]): they are capabilities like the others (exported,
+//! discovered, listed in metadata) but never a decision's call, so no [`PluginCalls`] answers
+//! them.
 //!
 //! Adding a capability touches its WIT interface (and `metadata.capability`, and the `plugin`
-//! world), its SDK trait, its host call file (`host/src/plugin/call/`), its decision stage and
-//! one entry here. From the entry come the [`Capability`] variant, [`Capability::ALL`],
-//! [`Capability::interface`] and [`Capability::function`], the [`Call`] impl of its call type
-//! and the bound of [`PluginCalls`] that makes every caller (the host's and the CLI's
-//! `ComponentCalls`, the SDK's `NativeCalls`, [`NoPlugin`](crate::decide::NoPlugin)) answer it.
+//! world), its SDK trait, its host call file (`host/src/plugin/call/`), its decision stage (or
+//! its webhook) and one entry here. From the entry come the [`Capability`] variant,
+//! [`Capability::ALL`], [`Capability::interface`] and [`Capability::function`], and for a
+//! decision capability the [`Call`] impl of its call type and its bound of [`PluginCalls`].
 
 use std::{collections::BTreeSet, fmt};
 
@@ -21,28 +29,38 @@ use crate::{
     upgrade::GateCall,
 };
 
-/// Declares the capabilities from their table entries (see the module docs).
+/// Declares the capabilities from their table entries (see the module docs): the decision
+/// capabilities first, then the admission ones, which is WIT order.
 macro_rules! capabilities {
-    ($(
-        $(#[doc = $doc:literal])*
-        $variant:ident = $interface:literal / $function:literal, $call:ty => $answer:ty;
-    )+) => {
+    (
+        decisions {$(
+            $(#[doc = $doc:literal])*
+            $variant:ident = $interface:literal / $function:literal, $call:ty => $answer:ty;
+        )+}
+        admission {$(
+            $(#[doc = $adoc:literal])*
+            $avariant:ident = $ainterface:literal / $afunction:literal;
+        )+}
+    ) => {
         /// One thing a plugin can do; each is one exported WIT interface. In WIT order: the
         /// order of the cases of `metadata.capability`, by which the host reads the list a
         /// plugin's metadata gives.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Capability {
             $($(#[doc = $doc])* $variant,)+
+            $($(#[doc = $adoc])* $avariant,)+
         }
 
         impl Capability {
             /// Every capability, in WIT order.
-            pub const ALL: [Capability; [$($interface),+].len()] = [$(Self::$variant),+];
+            pub const ALL: [Capability; [$($interface,)+ $($ainterface,)+].len()] =
+                [$(Self::$variant,)+ $(Self::$avariant,)+];
 
             /// The WIT interface name, e.g. `spec-diff`.
             pub fn interface(self) -> &'static str {
                 match self {
                     $(Self::$variant => $interface,)+
+                    $(Self::$avariant => $ainterface,)+
                 }
             }
 
@@ -50,7 +68,15 @@ macro_rules! capabilities {
             pub fn function(self) -> &'static str {
                 match self {
                     $(Self::$variant => $function,)+
+                    $(Self::$avariant => $afunction,)+
                 }
+            }
+
+            /// Whether the decision core calls it on a reconcile or deletion (through
+            /// [`PluginCalls`]); `false` for the admission capabilities, which the host's
+            /// webhooks call.
+            pub fn decides(self) -> bool {
+                matches!(self, $(Self::$variant)|+)
             }
         }
 
@@ -62,8 +88,9 @@ macro_rules! capabilities {
         )+
 
         /// One plugin's capabilities, each called on the App and objects the caller prepared:
-        /// an [`Answer`] to the [`Call`] of every capability in the table. The decision core
-        /// asks `calls.answer(call)` only of a capability in [`Self::capabilities`].
+        /// an [`Answer`] to the [`Call`] of every decision capability in the table (the
+        /// admission capabilities are no decision's calls). The decision core asks
+        /// `calls.answer(call)` only of a capability in [`Self::capabilities`].
         pub trait PluginCalls: $(Answer<$call> +)+ {
             /// The capabilities the plugin exports.
             fn capabilities(&self) -> &BTreeSet<Capability>;
@@ -72,16 +99,26 @@ macro_rules! capabilities {
 }
 
 capabilities! {
-    /// `spec-diff`: the plan of objects that should exist.
-    SpecDiff = "spec-diff" / "plan", PlanCall => Plan;
-    /// `health`: how the service is doing.
-    Health = "health" / "check", CheckCall => HealthReport;
-    /// `backup`: when to run a backup Job.
-    Backup = "backup" / "schedule", ScheduleCall => BackupDecision;
-    /// `upgrade`: whether a version step may roll out.
-    Upgrade = "upgrade" / "gate", GateCall => GateDecision;
-    /// `finalize`: what to do with retained objects on deletion.
-    Finalize = "finalize" / "cleanup", CleanupCall => CleanupDecision;
+    decisions {
+        /// `spec-diff`: the plan of objects that should exist.
+        SpecDiff = "spec-diff" / "plan", PlanCall => Plan;
+        /// `health`: how the service is doing.
+        Health = "health" / "check", CheckCall => HealthReport;
+        /// `backup`: when to run a backup Job.
+        Backup = "backup" / "schedule", ScheduleCall => BackupDecision;
+        /// `upgrade`: whether a version step may roll out.
+        Upgrade = "upgrade" / "gate", GateCall => GateDecision;
+        /// `finalize`: what to do with retained objects on deletion.
+        Finalize = "finalize" / "cleanup", CleanupCall => CleanupDecision;
+    }
+    admission {
+        /// `validate`: whether the API server may write an instance of a bound kind
+        /// ([`crate::admission::check_verdict`]).
+        Validate = "validate" / "validate";
+        /// `convert`: an instance of a bound kind at another of its API versions
+        /// ([`crate::admission::check_converted`]).
+        Convert = "convert" / "convert";
+    }
 }
 
 impl Capability {
@@ -195,5 +232,27 @@ mod tests {
         assert_eq!(Capability::from_interface("metadata"), None);
         assert_eq!(Capability::from_wit_index(0), Some(Capability::SpecDiff));
         assert_eq!(Capability::from_wit_index(Capability::ALL.len()), None);
+    }
+
+    #[test]
+    fn only_the_decision_capabilities_decide() {
+        let deciding: Vec<Capability> = Capability::ALL
+            .into_iter()
+            .filter(|c| c.decides())
+            .collect();
+        assert_eq!(
+            deciding,
+            [
+                Capability::SpecDiff,
+                Capability::Health,
+                Capability::Backup,
+                Capability::Upgrade,
+                Capability::Finalize
+            ]
+        );
+        // Appended to the WIT enum, after the cases 0.2.0 plugins know.
+        assert_eq!(Capability::from_wit_index(5), Some(Capability::Validate));
+        assert_eq!(Capability::from_wit_index(6), Some(Capability::Convert));
+        assert_eq!(Capability::Convert.function(), "convert");
     }
 }

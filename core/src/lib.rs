@@ -2,8 +2,11 @@
 //! from a snapshot and the plugin's answers ([`decide::decide`]), for one small executor to
 //! perform. The host, `wasmop plugin run` and the SDK's `Fixture` all run it, with the same
 //! plan rules: the guard ([`guard::AppCheck`] under a [`guard::PlanPolicy`]), the Pod Security
-//! Standards ([`pod_security`]) and the kinds plans may hold ([`kind`]).
+//! Standards ([`pod_security`]) and the kinds plans may hold ([`kind`]). Beside the reconcile,
+//! the rules on what a plugin answers the host's webhooks about one instance of a bound kind
+//! ([`admission`]).
 
+pub mod admission;
 pub mod answers;
 pub mod backup;
 pub mod calls;

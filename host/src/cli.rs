@@ -77,9 +77,14 @@ pub enum PluginCommand {
         /// The kind, CamelCase (e.g. `KVStore`).
         #[arg(long)]
         kind: String,
-        /// The API version.
-        #[arg(long, default_value = "v1")]
-        version: String,
+        /// The API version, or several oldest first (`v1alpha1,v1`): the plugin's
+        /// configuration schema of each, and its `convert` between them. Default: the versions
+        /// the plugin declares, else `v1`.
+        #[arg(long)]
+        version: Option<String>,
+        /// The version instances are stored in (default: the last of `--version`).
+        #[arg(long)]
+        storage: Option<String>,
         /// The resource's plural name (default: the kind in lower case, made plural).
         #[arg(long)]
         plural: Option<String>,
@@ -340,6 +345,47 @@ pub struct RunArgs {
     /// restarts the host.
     #[arg(long, env = "WASMOP_UNHEALTHY_AFTER", default_value = "5m", value_parser = parse_duration)]
     pub unhealthy_after: Duration,
+
+    /// Serve the validating and conversion webhooks of bound kinds whose plugins export
+    /// `validate` or `convert` on this address (e.g. `0.0.0.0:9443`; port 0 picks one). Every
+    /// replica serves them, standbys too. Without it no webhook is served or registered.
+    #[arg(long, env = "WASMOP_WEBHOOK_LISTEN")]
+    pub webhook_listen: Option<SocketAddr>,
+
+    /// The Service (in the host's namespace, port 443) through which the API server calls the
+    /// webhooks. Without it, or `--webhook-url`, the API server is given the URL of
+    /// `--webhook-listen` itself (a host outside the cluster, on the API server's machine).
+    #[arg(long, env = "WASMOP_WEBHOOK_SERVICE", requires = "webhook_listen")]
+    pub webhook_service: Option<String>,
+
+    /// The `https://` URL through which the API server calls the webhooks, instead of a
+    /// Service.
+    #[arg(
+        long,
+        env = "WASMOP_WEBHOOK_URL",
+        requires = "webhook_listen",
+        conflicts_with = "webhook_service"
+    )]
+    pub webhook_url: Option<String>,
+
+    /// Serve the certificate of this directory (`tls.crt`, `tls.key` and, if present, `ca.crt`,
+    /// the bundle given to the API server), as a cert-manager Secret mounted here lays them
+    /// out, reloaded within seconds of a change, instead of certificates the host makes.
+    #[arg(long, env = "WASMOP_WEBHOOK_CERT_DIR", requires = "webhook_listen")]
+    pub webhook_cert_dir: Option<PathBuf>,
+
+    /// The Secret, in the host's namespace, holding the certificates the host makes.
+    #[arg(
+        long,
+        env = "WASMOP_WEBHOOK_SECRET",
+        default_value = "wasmop-webhook-tls"
+    )]
+    pub webhook_secret: String,
+
+    /// The serving certificate's lifetime (the CA's is three times as long, CA rotation steps
+    /// a tenth of it apart): for tests that watch certificates rotate. Default: 30 days.
+    #[arg(long, hide = true, value_parser = parse_duration)]
+    pub webhook_cert_lifetime: Option<Duration>,
 }
 
 /// How log lines are written.

@@ -51,6 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     health.register_metrics(&mut registry);
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
     let reconcile_metrics = crate::reconcile::execute::ReconcileMetrics::register(&mut registry);
+    let webhook_metrics = crate::webhook::server::WebhookMetrics::register(&mut registry);
     let probes = Probes::new(registry, runtime.registry.clone(), health.clone())
         .debug_from_anywhere(args.debug_from_anywhere);
     let api_probe = tokio::spawn(health.clone().probe_forever(client.clone()));
@@ -76,6 +77,55 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             info!("shutting down: finishing in-flight reconciles");
             let _ = stop_tx.send(true);
         })
+    };
+
+    // Whether this replica may write: at once without --leader-elect, else once it leads.
+    let (leading_tx, leading) = tokio::sync::watch::channel(!args.leader_elect);
+    let host_namespace = args
+        .host_namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    // Policies are read on every replica (a standby answers webhooks under them); their status
+    // is written only once leading.
+    let (policies, writers) = PolicyView::new(args.host_namespace.clone());
+    let policy_task = tokio::spawn(
+        policies
+            .clone()
+            .run(client.clone(), writers, leading.clone()),
+    );
+    let binding_selector =
+        crate::binding::check::selector(args.binding_selector.as_deref().unwrap_or_default())
+            .map_err(anyhow::Error::msg)?;
+    let _webhooks = match args.webhook_listen {
+        Some(listen) => Some(
+            crate::webhook::start(
+                crate::webhook::Settings {
+                    listen,
+                    endpoint: crate::webhook::Settings::endpoint(
+                        args.webhook_service.as_deref(),
+                        args.webhook_url.as_deref(),
+                        listen,
+                        &host_namespace,
+                    )?,
+                    cert_dir: args.webhook_cert_dir.clone(),
+                    secret: args.webhook_secret.clone(),
+                    host_namespace: host_namespace.clone(),
+                    timing: args
+                        .webhook_cert_lifetime
+                        .map(crate::webhook::certs::Timing::short)
+                        .unwrap_or_default(),
+                    scopes: args.namespaces.clone(),
+                    selector: binding_selector.clone(),
+                },
+                client.clone(),
+                runtime.clone(),
+                policies.clone(),
+                webhook_metrics,
+                leading.clone(),
+            )
+            .await?,
+        ),
+        None => None,
     };
 
     let mut leadership = None;
@@ -119,10 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
         leadership = Some(leading);
     }
-
-    // Policies are read only once leading, so a standby never writes their status.
-    let (policies, writers) = PolicyView::new(args.host_namespace.clone());
-    let policy_task = tokio::spawn(policies.clone().run(client.clone(), writers));
+    leading_tx.send_replace(true);
 
     let namespaces: Vec<Option<String>> = if args.namespaces.is_empty() {
         vec![None]
@@ -132,12 +179,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // PluginBindings, like policies, are read only once leading.
     let (bound, binding_task) = crate::binding::serve::start(
         client.clone(),
-        args.host_namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
+        host_namespace,
         namespaces.clone(),
-        crate::binding::check::selector(args.binding_selector.as_deref().unwrap_or_default())
-            .map_err(anyhow::Error::msg)?,
+        binding_selector,
     );
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
     let controllers = namespaces.into_iter().map(|namespace| {

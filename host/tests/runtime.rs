@@ -17,6 +17,7 @@ use std::{
 
 use serde_json::{Value, json};
 use support::component;
+use wasmop_core::admission::{ConvertRequest, Operation, ValidateRequest};
 use wasmop_host::plugin::{
     CallError, Capability, Digest, LoadError,
     bindings::WitVersion,
@@ -76,7 +77,11 @@ fn example_plugins_export_exactly_their_capabilities() {
     let hello = prepare(&engine, "hello.wasm").expect("hello loads");
     assert_eq!(
         hello.capabilities.iter().copied().collect::<Vec<_>>(),
-        [Capability::SpecDiff]
+        [
+            Capability::SpecDiff,
+            Capability::Validate,
+            Capability::Convert
+        ]
     );
     let limits = CallLimits::default();
     let err = hello
@@ -94,12 +99,14 @@ fn example_plugins_export_exactly_their_capabilities() {
     );
 }
 
-/// A plugin built for `wasmop:plugin@0.1.0` (from a frozen copy of that WIT: `tests/plugins/v0-1`)
-/// loads in this host, which speaks 0.2.0: its exports are looked up by their 0.1.0 names and
-/// called with the 0.2.0 types (the same shapes), its `log@0.1.0` import is served, and it has no
-/// configuration schema. A 0.2.0 plugin carries its schema and columns.
+/// Plugins built for `wasmop:plugin@0.1.0` and `0.2.0` (from frozen copies of those WITs:
+/// `tests/plugins/v0-1`, `v0-2`) load in this host, which speaks 0.3.0: their exports are looked
+/// up by their own version's names and called with the 0.3.0 types (the same shapes), their
+/// `log` imports are served, and their `metadata.info` (other records, with a `capability` enum
+/// of five cases) is read: no schema for 0.1.0, no API versions for either. A 0.3.0 plugin
+/// carries its schema, columns and versions.
 #[test]
-fn plugins_of_both_wit_versions_load_and_serve() {
+fn plugins_of_every_wit_version_load_and_serve() {
     let engine = PluginEngine::new().expect("engine");
     let old = prepare(&engine, "v0_1_plugin.wasm").expect("a 0.1.0 plugin loads");
     assert_eq!(old.wit, WitVersion::V0_1);
@@ -111,6 +118,7 @@ fn plugins_of_both_wit_versions_load_and_serve() {
     assert_eq!(old.metadata.owns, ["v1/ConfigMap"]);
     assert_eq!(old.metadata.config_schema, None);
     assert!(old.metadata.printer_columns.is_empty());
+    assert!(old.metadata.versions.is_empty());
     let (imports, exports) = old.world();
     assert!(
         imports.contains(&"wasmop:plugin/log@0.1.0".to_string()),
@@ -137,8 +145,44 @@ fn plugins_of_both_wit_versions_load_and_serve() {
     assert_eq!(report.conditions[0].reason, "BuiltFor010");
     assert_eq!(report.conditions[0].message, "checked 7.2.4");
 
-    let new = prepare(&engine, "kvstore.wasm").expect("a 0.2.0 plugin loads");
-    assert_eq!(new.wit, WitVersion::V0_2);
+    let two = prepare(&engine, "v0_2_plugin.wasm").expect("a 0.2.0 plugin loads");
+    assert_eq!(two.wit, WitVersion::V0_2);
+    assert_eq!(two.metadata.name, "v0-2");
+    // `finalize`, the last case of 0.2.0's enum, read as 0.3.0's.
+    assert_eq!(
+        two.capabilities.iter().copied().collect::<Vec<_>>(),
+        [Capability::SpecDiff, Capability::Finalize]
+    );
+    let schema = two.metadata.config_schema.as_ref().expect("its schema");
+    assert_eq!(schema["properties"]["greeting"]["type"], "string");
+    assert_eq!(two.metadata.printer_columns[0].name, "Greeting");
+    assert!(two.metadata.versions.is_empty());
+    let (imports, _) = two.world();
+    assert!(
+        imports.contains(&"wasmop:plugin/log@0.2.0".to_string()),
+        "{imports:?}"
+    );
+    // The plan logs through `log@0.2.0` before it answers.
+    let plan = two
+        .call_plan(&engine, &limits, CallTags::default(), &cx, None, "7.2.4")
+        .expect("a 0.2.0 plan");
+    assert_eq!(plan.objects[0].name(), "v0-2");
+    let cleanup = two
+        .call_finalize(&engine, &limits, CallTags::default(), &cx)
+        .expect("a 0.2.0 cleanup");
+    assert_eq!(cleanup.keep[0].name, "kept-0");
+    let err = two
+        .call_validate(
+            &engine,
+            &limits,
+            CallTags::default(),
+            &validate_request(json!({})),
+        )
+        .expect_err("0.2.0 has no validate");
+    assert!(matches!(err, CallError::Unsupported { .. }), "{err}");
+
+    let new = prepare(&engine, "kvstore.wasm").expect("a 0.3.0 plugin loads");
+    assert_eq!(new.wit, WitVersion::V0_3);
     let schema = new
         .metadata
         .config_schema
@@ -149,6 +193,202 @@ fn plugins_of_both_wit_versions_load_and_serve() {
     assert!(schema.get("$defs").is_none(), "made structural at load");
     assert_eq!(new.metadata.printer_columns[0].name, "Replicas");
     assert_eq!(new.metadata.printer_columns[0].json_path, ".spec.replicas");
+    assert!(
+        new.metadata.versions.is_empty(),
+        "kvstore knows one version"
+    );
+    let converting = prepare(&engine, "hello.wasm").expect("a 0.3.0 plugin loads");
+    let versions: Vec<&str> = converting
+        .metadata
+        .versions
+        .iter()
+        .map(|v| v.name.as_str())
+        .collect();
+    assert_eq!(versions, ["v1alpha1", "v1"]);
+    let previous = converting.metadata.versions[0]
+        .config_schema
+        .as_ref()
+        .expect("v1alpha1's schema");
+    assert_eq!(previous["properties"]["text"]["minLength"], 1);
+    assert_eq!(previous["type"], "object", "made structural at load");
+}
+
+/// A `validate` request for an instance of a kind bound to hello (or the fault plugin):
+/// creating it with `spec`.
+fn validate_request(spec: Value) -> ValidateRequest {
+    ValidateRequest {
+        operation: Operation::Create,
+        object: instance("greeter", "v1", spec).to_string(),
+        old_object: None,
+        user_groups: None,
+        now_ms: 1_764_633_600_000,
+    }
+}
+
+/// An instance `name` of `greet.example.com/<version>` `Greeting` with `spec` (and `version`
+/// in it).
+fn instance(name: &str, version: &str, mut spec: Value) -> Value {
+    spec["version"] = json!("1.0.0");
+    json!({
+        "apiVersion": format!("greet.example.com/{version}"), "kind": "Greeting",
+        "metadata": {"name": name, "namespace": "shop", "uid": "u-1", "resourceVersion": "3"},
+        "spec": spec,
+        "status": {"version": "1.0.0"},
+    })
+}
+
+/// The webhooks' calls, on hello: a verdict naming the field (and the SDK's own denial of a
+/// configuration that does not read), a warning that needs the old object, a conversion that
+/// moves the configuration and keeps the rest; each in a fresh sandbox like every call.
+#[test]
+fn hello_validates_and_converts_its_instances() {
+    let engine = PluginEngine::new().expect("engine");
+    let hello = prepare(&engine, "hello.wasm").expect("hello loads");
+    let limits = CallLimits::default();
+    let tags = CallTags::default;
+
+    let created = hello
+        .call_validate(
+            &engine,
+            &limits,
+            tags(),
+            &validate_request(json!({"replicas": 3})),
+        )
+        .expect("a verdict");
+    assert!(created.allowed(), "{created:?}");
+    let dotted = ValidateRequest {
+        object: instance("my.greeter", "v1", json!({})).to_string(),
+        ..validate_request(json!({}))
+    };
+    let verdict = hello
+        .call_validate(&engine, &limits, tags(), &dotted)
+        .expect("a verdict");
+    let fields: Vec<&str> = verdict
+        .violations
+        .iter()
+        .map(|v| v.field.as_str())
+        .collect();
+    assert_eq!(fields, ["metadata.name"]);
+    let mut update = validate_request(json!({"replicas": 1}));
+    update.operation = Operation::Update;
+    update.old_object = Some(instance("greeter", "v1", json!({"replicas": 6})).to_string());
+    let verdict = hello
+        .call_validate(&engine, &limits, tags(), &update)
+        .expect("a verdict");
+    assert!(verdict.allowed());
+    assert!(
+        verdict.warnings[0].starts_with("scaling from 6 to 1"),
+        "{verdict:?}"
+    );
+    let unreadable = hello
+        .call_validate(
+            &engine,
+            &limits,
+            tags(),
+            &validate_request(json!({"replicas": "three"})),
+        )
+        .expect("a verdict");
+    assert_eq!(unreadable.violations[0].field, "spec.replicas");
+
+    let old = instance("greeter", "v1alpha1", json!({"text": "hi"}));
+    let request = ConvertRequest {
+        object: old.to_string(),
+        desired_api_version: "greet.example.com/v1".into(),
+    };
+    let converted = hello
+        .call_convert(&engine, &limits, tags(), &request)
+        .expect("converts");
+    assert_eq!(converted["apiVersion"], "greet.example.com/v1");
+    assert_eq!(converted["spec"]["message"], "hi");
+    assert_eq!(converted["spec"]["version"], "1.0.0");
+    assert_eq!(converted["metadata"], old["metadata"]);
+    assert_eq!(converted["status"], old["status"]);
+    let request = ConvertRequest {
+        desired_api_version: "greet.example.com/v9".into(),
+        ..request
+    };
+    let err = hello
+        .call_convert(&engine, &limits, tags(), &request)
+        .expect_err("no v9");
+    let CallError::Refused { kind, field, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        (kind.as_str(), field.as_deref()),
+        ("invalid-input", Some("desired-api-version"))
+    );
+}
+
+/// What the webhooks' calls answer is held to the admission rules, as every answer is to its
+/// rules: a warning with a terminal escape, too many violations, a conversion that changes the
+/// uid are bad output; a conversion that adds a label is not.
+#[test]
+fn bad_verdicts_and_conversions_are_refused_as_bad_output() {
+    let engine = PluginEngine::new().expect("engine");
+    let fault = prepare(&engine, "fault_plugin.wasm").expect("loads");
+    assert!(fault.capabilities.contains(&Capability::Validate));
+    assert!(fault.capabilities.contains(&Capability::Convert));
+    let limits = CallLimits::default();
+    let validate = |fault_mode: &str| {
+        fault.call_validate(
+            &engine,
+            &limits,
+            CallTags::default(),
+            &validate_request(json!({"fault": fault_mode})),
+        )
+    };
+    let refused = validate("refuse").expect("a verdict");
+    assert!(!refused.allowed());
+    assert_eq!(refused.warnings, ["warned"]);
+    for (mode, rule) in [
+        ("escape", "warnings[0] holds control characters"),
+        ("violations", "65 violations; at most 64"),
+    ] {
+        let err = validate(mode).expect_err(mode);
+        assert!(matches!(err, CallError::BadOutput { .. }), "{mode}: {err}");
+        assert!(err.to_string().contains(rule), "{mode}: {err}");
+        assert!(err.to_string().contains("from validate"), "{mode}: {err}");
+    }
+
+    let convert = |fault_mode: &str| {
+        let request = ConvertRequest {
+            object: instance("f", "v1alpha1", json!({"fault": fault_mode})).to_string(),
+            desired_api_version: "greet.example.com/v1".into(),
+        };
+        fault.call_convert(&engine, &limits, CallTags::default(), &request)
+    };
+    let labelled = convert("labels").expect("labels may change");
+    assert_eq!(labelled["metadata"]["labels"]["converted"], "yes");
+    let err = convert("uid").expect_err("the uid may not");
+    assert!(matches!(err, CallError::BadOutput { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains(r#"converted object: changed metadata.uid from "u-1" to "someone-else""#),
+        "{err}"
+    );
+}
+
+/// An interface a version does not have is refused at load, naming it: a 0.2.0 component whose
+/// `finalize` export is renamed `validate` (which came with 0.3.0).
+#[test]
+fn an_interface_newer_than_its_version_is_refused() {
+    let engine = PluginEngine::new().expect("engine");
+    let mut bytes = component("v0_2_plugin.wasm");
+    replace_all(
+        &mut bytes,
+        "wasmop:plugin/finalize@0.2.0",
+        "wasmop:plugin/validate@0.2.0",
+    );
+    let err = CompiledPlugin::prepare(&engine, None, "ahead", &bytes, Digest::of(&bytes))
+        .err()
+        .expect("validate is not 0.2.0's");
+    assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
+    assert!(
+        err.to_string().contains(
+            "it exports wasmop:plugin/validate@0.2.0, an interface wasmop:plugin@0.2.0 does not have"
+        ),
+        "{err}"
+    );
 }
 
 /// `bytes` with every occurrence of `from` replaced by `into` (of the same length, so the binary
@@ -187,7 +427,7 @@ fn renamed(interfaces: &[&str], to: &str) -> Vec<u8> {
 fn other_wit_versions_are_refused_naming_both() {
     let engine = PluginEngine::new().expect("engine");
     let all = ["metadata", "spec-diff", "health"];
-    for version in ["0.3.0", "1.0.0"] {
+    for version in ["0.4.0", "1.0.0"] {
         let bytes = renamed(&all, version);
         let err = CompiledPlugin::prepare(&engine, None, "future", &bytes, Digest::of(&bytes))
             .err()
@@ -199,7 +439,7 @@ fn other_wit_versions_are_refused_naming_both() {
             "{message}"
         );
         assert!(
-            message.contains("this host speaks wasmop:plugin@0.2.0 (and 0.1.0)"),
+            message.contains("this host speaks wasmop:plugin@0.3.0 (and 0.2.0, 0.1.0)"),
             "{message}"
         );
     }
@@ -213,7 +453,7 @@ fn other_wit_versions_are_refused_naming_both() {
     assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
     assert!(
         err.to_string().contains(
-            "its wasmop:plugin/health@0.1.0 does not have the types of wasmop:plugin/health@0.2.0"
+            "its wasmop:plugin/health@0.1.0 does not have the types of wasmop:plugin/health@0.3.0"
         ),
         "{err}"
     );
@@ -244,9 +484,9 @@ fn patched(file: &str, from: &str, to: &str) -> Vec<u8> {
     bytes
 }
 
-/// A configuration schema or a printer column the host would not put in a CRD refuses the
-/// version at load, naming the plugin and the rule, like every other load check: the version in
-/// service stays.
+/// A configuration schema, a printer column or an API version the host would not put in a CRD
+/// refuses the version at load, naming the plugin and the rule, like every other load check: the
+/// version in service stays.
 #[tokio::test]
 async fn a_bad_schema_or_column_refuses_the_version_and_the_one_in_service_stays() {
     let engine = PluginEngine::new().expect("engine");
@@ -276,6 +516,11 @@ async fn a_bad_schema_or_column_refuses_the_version_and_the_one_in_service_stays
             ".spec.fault",
             "spec..fault",
             r#"metadata printer column "Fault": JSONPath "spec..fault" must start with `.`"#,
+        ),
+        (
+            "v1alpha1",
+            "V1alpha1",
+            r#"metadata API version "V1alpha1": a version is named by 1 to 63 lower-case"#,
         ),
     ] {
         let bad = Fetched::new(patched("fault_plugin.wasm", from, to));
@@ -518,7 +763,7 @@ fn broken_components_are_refused_with_the_reason() {
     assert_eq!(err.reason(), "IncompatibleWorld", "{err}");
     assert!(
         err.to_string()
-            .contains("does not export wasmop:plugin/metadata@0.2.0 (and 0.1.0)"),
+            .contains("does not export wasmop:plugin/metadata@0.3.0 (and 0.2.0, 0.1.0)"),
         "{err}"
     );
     assert!(

@@ -95,18 +95,19 @@ impl<C> App<C> {
     /// `spec.replicas` (every capability's error goes through this), so the
     /// plugin need not know which kind it serves.
     pub(crate) fn locate(&self, err: Error) -> Error {
-        if self.is_app() {
-            return err;
+        match err.field().and_then(|field| self.relocated(field)) {
+            Some(field) => err.with_field(field),
+            None => err,
         }
-        let field = match err.field() {
-            Some("spec.config") => "spec".to_string(),
-            Some(field) => match field.strip_prefix("spec.config.") {
-                Some(rest) => format!("spec.{rest}"),
-                None => return err,
-            },
-            None => return err,
-        };
-        err.with_field(field)
+    }
+
+    /// A configuration field named as an App has it (`spec.config.replicas`), where this
+    /// instance has it (`spec.replicas` for another kind); `None` where that is the same.
+    pub(crate) fn relocated(&self, field: &str) -> Option<String> {
+        if self.is_app() {
+            return None;
+        }
+        instance_field(field)
     }
 
     /// `metadata.name`.
@@ -176,22 +177,34 @@ struct RawSpec<'a> {
     limits: Option<serde_json::Value>,
 }
 
+/// A configuration field named as an App has it (`spec.config.replicas`), where an instance of
+/// another kind has it (`spec.replicas`); `None` for a field outside the configuration.
+pub(crate) fn instance_field(field: &str) -> Option<String> {
+    match field {
+        "spec.config" => Some("spec".to_string()),
+        field => field
+            .strip_prefix("spec.config.")
+            .map(|rest| format!("spec.{rest}")),
+    }
+}
+
 /// Whether `api_version` and `kind` are the built-in `App`'s (any version of
 /// `wasmop.dev`).
-fn is_app_kind(api_version: &str, kind: &str) -> bool {
+pub(crate) fn is_app_kind(api_version: &str, kind: &str) -> bool {
     kind == KIND
         && api_version.rsplit_once('/').map(|(group, _)| group)
             == API_VERSION.split_once('/').map(|(group, _)| group)
 }
 
-/// The fields of another kind's `spec`, in order, each as its text.
-struct SpecFields<'a>(Vec<(String, &'a RawValue)>);
+/// The fields of a JSON object (another kind's `spec`, a whole instance), in order, each as its
+/// text: read without typing what is only passed on.
+pub(crate) struct RawFields<'a>(pub(crate) Vec<(String, &'a RawValue)>);
 
-impl<'de> Deserialize<'de> for SpecFields<'de> {
+impl<'de> Deserialize<'de> for RawFields<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = SpecFields<'de>;
+            type Value = RawFields<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
@@ -203,19 +216,33 @@ impl<'de> Deserialize<'de> for SpecFields<'de> {
                 while let Some(key) = map.next_key::<String>()? {
                     fields.push((key, map.next_value()?));
                 }
-                Ok(SpecFields(fields))
+                Ok(RawFields(fields))
             }
         }
         de.deserialize_map(Fields)
     }
 }
 
+impl<'a> RawFields<'a> {
+    /// The fields of the object `text`; not an object is invalid input at `at`.
+    pub(crate) fn read(text: &'a str, at: &str) -> Result<Self> {
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+            .map_err(|e| from_path_error(ErrorKind::InvalidInput, at, e))
+    }
+}
+
+/// Reads a configuration of type `C` from its JSON text, errors naming the field under `at`
+/// (`spec.config`, `spec`): the one deserializer every configuration is read with, so a
+/// component compiles `C`'s once.
+pub(crate) fn read_config<C: DeserializeOwned>(text: &str, at: &str) -> Result<C> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+        .map_err(|e| from_path_error(ErrorKind::InvalidConfig, at, e))
+}
+
 /// The spec of another kind than `App`: `version` and the config, the rest of
 /// `spec` as JSON text (the same deserializer then reads it as for an App).
-fn instance_spec(spec: &RawValue) -> Result<(String, String)> {
-    let fields: SpecFields<'_> =
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(spec.get()))
-            .map_err(|e| from_path_error(ErrorKind::InvalidInput, "spec", e))?;
+pub(crate) fn instance_spec(spec: &RawValue) -> Result<(String, String)> {
+    let fields = RawFields::read(spec.get(), "spec")?;
     let mut version = None;
     let mut config = String::from("{");
     for (key, value) in fields.0 {
@@ -267,10 +294,7 @@ impl<C: DeserializeOwned> App<C> {
             }
         }
         let status = raw.status;
-        let config = |text: &str, at: &str| {
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
-                .map_err(|e| from_path_error(ErrorKind::InvalidConfig, at, e))
-        };
+        let config = read_config::<C>;
         let spec = if is_app_kind(&raw.api_version, &raw.kind) {
             let spec: RawSpec<'_> = serde_path_to_error::deserialize(
                 &mut serde_json::Deserializer::from_str(raw.spec.get()),

@@ -3,9 +3,11 @@
 //! A plugin is a Wasm component that holds the domain knowledge of one kind
 //! of service: what Kubernetes objects it needs ([`SpecDiff`]), when it is
 //! healthy ([`Health`]), when to back it up ([`Backup`]), when an upgrade is
-//! safe ([`Upgrade`]) and what to keep on deletion ([`Finalize`]). The
-//! wasmop host does everything else: watches, server-side apply, pruning,
-//! status, backup Jobs, finalizers.
+//! safe ([`Upgrade`]) and what to keep on deletion ([`Finalize`]); for a
+//! kind bound to it, which instances the API server may write
+//! ([`Validate`]) and how an instance converts between the kind's API
+//! versions ([`Convert`]). The wasmop host does everything else: watches,
+//! server-side apply, pruning, status, backup Jobs, finalizers, webhooks.
 //!
 //! Writing one takes four steps:
 //!
@@ -204,6 +206,7 @@
 
 pub mod app;
 pub mod backup;
+pub mod convert;
 pub mod error;
 pub mod finalize;
 pub mod health;
@@ -216,6 +219,7 @@ pub mod spec_diff;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 pub mod upgrade;
+pub mod validate;
 
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
@@ -226,14 +230,16 @@ pub mod wit;
 
 pub use app::{App, AppSpec, AppStatus};
 pub use backup::{Backup, BackupDecision, BackupInput, BackupJob, BackupRun, JobState, Slot};
+pub use convert::Convert;
 pub use error::{Error, ErrorKind, Result};
 pub use finalize::{Finalize, FinalizeDecision, FinalizeInput, ObjectRef};
 pub use health::{Condition, ConditionStatus, Health, HealthInput, HealthReport, HealthState};
-pub use metadata::{Capability, ColumnType, KindRef, Metadata, Plugin, PrinterColumn};
+pub use metadata::{ApiVersion, Capability, ColumnType, KindRef, Metadata, Plugin, PrinterColumn};
 pub use observed::{Observed, StatusView};
 pub use schedule::{Schedule, ScheduleError};
 pub use spec_diff::{Plan, PlanInput, SpecDiff};
 pub use upgrade::{Upgrade, UpgradeDecision, UpgradeInput};
+pub use validate::{Admission, Operation, Validate, Verdict, Violation};
 
 // The versions plugins must use for types that cross the SDK's API.
 pub use chrono;
@@ -247,11 +253,13 @@ pub use serde_json;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::backup::{ScheduleFn, schedule};
+    pub use crate::convert::{ConvertFn, convert, versions};
     pub use crate::finalize::{CleanupFn, cleanup};
     pub use crate::health::{CheckFn, check};
     pub use crate::runtime::{Exported, Native};
     pub use crate::spec_diff::{PlanFn, plan};
     pub use crate::upgrade::{GateFn, gate};
+    pub use crate::validate::{ValidateFn, validate};
 }
 
 /// Exports a plugin type as the component's implementation.
@@ -262,8 +270,11 @@ pub mod __private {
 ///
 /// ```text
 /// wasmop_sdk::export!(Kvstore: SpecDiff, Health, Backup, Upgrade, Finalize);
-/// wasmop_sdk::export!(Hello: SpecDiff);
+/// wasmop_sdk::export!(Hello: SpecDiff, Validate, Convert);
 /// ```
+///
+/// With `Convert`, `metadata.get` also lists the two API versions it converts
+/// between, with their schemas ([`convert::versions`]).
 ///
 /// Use it once per plugin crate, at the crate root, with the type's name
 /// (an identifier in scope, not a path). In the component it also installs
@@ -318,6 +329,7 @@ macro_rules! export {
             const NATIVE: $crate::__private::Native = $crate::__private::Native(&[
                 $($($crate::__native_capability!($plugin, $capability),)+)?
             ]);
+            $crate::__export_versions!($plugin; $($($capability),+)?);
         }
 
         #[cfg(target_arch = "wasm32")]
@@ -357,6 +369,12 @@ macro_rules! __native_capability {
     ($plugin:ident, Finalize) => {
         $crate::__native_capability!(@entry $plugin, Finalize, cleanup, CleanupFn)
     };
+    ($plugin:ident, Validate) => {
+        $crate::__native_capability!(@entry $plugin, Validate, validate, ValidateFn)
+    };
+    ($plugin:ident, Convert) => {
+        $crate::__native_capability!(@entry $plugin, Convert, convert, ConvertFn)
+    };
     // An unknown name is reported by `__export_capability`; this entry only keeps the list whole.
     ($plugin:ident, $other:ident) => {
         ($crate::Capability::SpecDiff, &())
@@ -393,11 +411,33 @@ macro_rules! __export_capability {
     ($plugin:ident, Finalize) => {
         $crate::__export_capability!(@world $plugin, Finalize, finalize);
     };
+    ($plugin:ident, Validate) => {
+        $crate::__export_capability!(@world $plugin, Validate, validate);
+    };
+    ($plugin:ident, Convert) => {
+        $crate::__export_capability!(@world $plugin, Convert, convert);
+    };
     ($plugin:ident, $other:ident) => {
         compile_error!(concat!(
             "wasmop_sdk::export!: unknown capability `",
             stringify!($other),
-            "`; expected SpecDiff, Health, Backup, Upgrade or Finalize"
+            "`; expected SpecDiff, Health, Backup, Upgrade, Finalize, Validate or Convert"
         ));
+    };
+}
+
+/// The `versions` of [`export!`]'s `Exported` impl: [`convert::versions`] when the list names
+/// `Convert`, the default (none) otherwise.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_versions {
+    ($plugin:ident;) => {};
+    ($plugin:ident; Convert $(, $rest:ident)*) => {
+        fn versions() -> ::std::vec::Vec<$crate::ApiVersion> {
+            $crate::__private::versions::<$plugin>()
+        }
+    };
+    ($plugin:ident; $other:ident $(, $rest:ident)*) => {
+        $crate::__export_versions!($plugin; $($rest),*);
     };
 }

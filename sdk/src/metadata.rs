@@ -90,6 +90,21 @@ pub struct Metadata {
     /// [`export!`](crate::export) from the type (`None` for a free-form
     /// configuration).
     pub config_schema: Option<String>,
+    /// The API versions of a bound kind the plugin knows, oldest first; filled
+    /// in by [`export!`](crate::export) from [`Convert`](crate::Convert) when
+    /// it is exported (its previous version and [`Plugin::Config`]'s), empty
+    /// otherwise (one version, whose schema is `config_schema`).
+    pub versions: Vec<ApiVersion>,
+}
+
+/// One API version of a bound kind, as `metadata.get` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiVersion {
+    /// The version, e.g. `v1alpha1`.
+    pub name: String,
+    /// The JSON Schema of the configuration at this version (as
+    /// [`config_schema`] derives it); `None`: free-form.
+    pub config_schema: Option<String>,
 }
 
 impl Metadata {
@@ -105,6 +120,7 @@ impl Metadata {
             observes: Vec::new(),
             printer_columns: Vec::new(),
             config_schema: None,
+            versions: Vec::new(),
         }
     }
 
@@ -200,6 +216,7 @@ mod tests {
         assert!(m.capabilities.is_empty());
         assert!(m.printer_columns.is_empty());
         assert_eq!(m.config_schema, None);
+        assert!(m.versions.is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::app::App;
 use crate::error::{Error, Result};
-use crate::metadata::{Capability, Metadata, Plugin};
+use crate::metadata::{ApiVersion, Capability, Metadata, Plugin};
 
 /// Implemented by [`export!`](crate::export) for the plugin type: the
 /// capabilities it was exported with, reported by `metadata.get`.
@@ -19,6 +19,13 @@ pub trait Exported: Plugin {
     /// The same capabilities as plain functions, for native runs of the whole reconcile
     /// ([`Fixture::reconcile`](crate::testing::Fixture::reconcile)).
     const NATIVE: Native;
+
+    /// The API versions of a bound kind the plugin knows, for `metadata.get`: those of
+    /// [`Convert`](crate::Convert) when it is exported ([`crate::convert::versions`]), none
+    /// otherwise.
+    fn versions() -> Vec<ApiVersion> {
+        Vec::new()
+    }
 }
 
 /// The exported capabilities as functions: each capability's WIT function as its module
@@ -43,6 +50,7 @@ pub fn metadata<P: Exported>() -> Metadata {
     let mut metadata = P::metadata();
     metadata.capabilities = P::CAPABILITIES.to_vec();
     metadata.config_schema = crate::metadata::config_schema::<P::Config>();
+    metadata.versions = P::versions();
     metadata
 }
 

@@ -39,8 +39,10 @@ use crate::metadata::Metadata;
 use crate::runtime::{self, Exported};
 use crate::spec_diff::{Plan, SpecDiff};
 use crate::upgrade::{Upgrade, UpgradeDecision};
+use crate::validate::{Operation, Validate, Verdict};
 
 mod answers;
+mod convert;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 #[cfg(not(target_arch = "wasm32"))]
@@ -116,6 +118,8 @@ pub struct Fixture {
     current_version: Option<String>,
     target_version: Option<String>,
     last_completed_slot: Option<String>,
+    old_object: Option<String>,
+    user_groups: Option<Vec<String>>,
     /// The plan rules [`Fixture::reconcile`] holds plans to (`None`: the built-in default
     /// policy's); see `Fixture::with_policy`.
     #[cfg(not(target_arch = "wasm32"))]
@@ -133,6 +137,8 @@ impl Fixture {
             current_version: None,
             target_version: None,
             last_completed_slot: None,
+            old_object: None,
+            user_groups: None,
             #[cfg(not(target_arch = "wasm32"))]
             policy: None,
         }
@@ -203,6 +209,19 @@ impl Fixture {
     /// Sets the newest completed backup slot.
     pub fn last_completed_slot(mut self, slot: impl Into<String>) -> Self {
         self.last_completed_slot = Some(slot.into());
+        self
+    }
+
+    /// Sets the stored object an update is judged against ([`Fixture::validate`]), JSON text.
+    pub fn old_object(mut self, json: impl Into<String>) -> Self {
+        self.old_object = Some(json.into());
+        self
+    }
+
+    /// Sets the groups of the user asking ([`Fixture::validate`]); by default the host does not
+    /// say.
+    pub fn user_groups<G: Into<String>>(mut self, groups: impl IntoIterator<Item = G>) -> Self {
+        self.user_groups = Some(groups.into_iter().map(Into::into).collect());
         self
     }
 
@@ -297,6 +316,56 @@ impl Fixture {
             crate::finalize::cleanup::<P>(&self.app, self.observed.clone(), self.now_ms)?;
         crate::finalize::native::checked(&decision).map_err(answers::refused::<P>("finalize"))?;
         Ok(decision)
+    }
+
+    /// Calls `validate.validate` for `operation`: the App is the object being written (on
+    /// `Delete`, the one being deleted), [`Fixture::old_object`] the stored one (sent on
+    /// `Update` only, as the host does), with [`Fixture::user_groups`] and the clock. The
+    /// verdict is held to the host's rules ([`wasmop_core::admission::check_verdict`]).
+    ///
+    /// ```
+    /// use wasmop_sdk::testing::{self, Fixture};
+    /// use wasmop_sdk::{Admission, Metadata, Operation, Plugin, Result, Validate, Verdict};
+    /// struct Picky;
+    /// impl Plugin for Picky {
+    ///     type Config = serde_json::Value;
+    ///     fn metadata() -> Metadata { Metadata::new("picky", "0.1.0") }
+    /// }
+    /// impl Validate for Picky {
+    ///     fn review(input: &Admission<serde_json::Value>) -> Result<Verdict> {
+    ///         Ok(match input.in_group("admins") {
+    ///             true => Verdict::allow(),
+    ///             false => Verdict::allow().deny("", "only admins"),
+    ///         })
+    ///     }
+    /// }
+    /// wasmop_sdk::export!(Picky: Validate);
+    /// # fn main() {
+    /// let kind = testing::instance("x.example.com/v1", "Thing", "t", "ns", "1", serde_json::json!({}));
+    /// let fixture = Fixture::new(kind);
+    /// assert!(!fixture.validate::<Picky>(Operation::Create).expect("judged").allowed());
+    /// let admin = fixture.user_groups(["admins"]);
+    /// assert!(admin.validate::<Picky>(Operation::Create).expect("judged").allowed());
+    /// # }
+    /// ```
+    pub fn validate<P: Validate>(&self, operation: Operation) -> Result<Verdict> {
+        let old = match operation {
+            Operation::Update => self.old_object.clone(),
+            _ => None,
+        };
+        let verdict = crate::validate::validate::<P>(
+            operation,
+            &self.app,
+            old,
+            self.user_groups.clone(),
+            self.now_ms,
+        )?;
+        wasmop_core::admission::check_verdict(
+            &verdict,
+            wasmop_core::answers::DEFAULT_MAX_OUTPUT_BYTES,
+        )
+        .map_err(answers::refused::<P>("validate"))?;
+        Ok(verdict)
     }
 
     fn app_field(&self, pointer: &str) -> Option<String> {

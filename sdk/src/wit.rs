@@ -13,7 +13,7 @@
 //! Nothing here is public API; plugins use the traits and the macro. The
 //! host's deliberately broken test guests (`host/tests/plugins/fault`) do use
 //! these modules directly, so keep the module names (`base`, `spec_diff`,
-//! `health`, `backup`, `upgrade`, `finalize`) stable.
+//! `health`, `backup`, `upgrade`, `finalize`, `validate`, `convert`) stable.
 
 // Generated code: its docs come from the WIT, its lowering/lifting is
 // necessarily unsafe (raw pointers into linear memory), and its style is
@@ -37,7 +37,7 @@ pub mod base {
 /// `export spec-diff;`, expanded into a plugin only if it lists the capability.
 pub mod spec_diff {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world spec-diff { export wasmop:plugin/spec-diff@0.2.0; }",
+        inline: "package wasmop:sdk; world spec-diff { export wasmop:plugin/spec-diff@0.3.0; }",
         path: "wit",
         world: "wasmop:sdk/spec-diff",
         pub_export_macro: true,
@@ -48,7 +48,7 @@ pub mod spec_diff {
 /// `export health;`, expanded into a plugin only if it lists the capability.
 pub mod health {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world health { export wasmop:plugin/health@0.2.0; }",
+        inline: "package wasmop:sdk; world health { export wasmop:plugin/health@0.3.0; }",
         path: "wit",
         world: "wasmop:sdk/health",
         pub_export_macro: true,
@@ -59,7 +59,7 @@ pub mod health {
 /// `export backup;`, expanded into a plugin only if it lists the capability.
 pub mod backup {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world backup { export wasmop:plugin/backup@0.2.0; }",
+        inline: "package wasmop:sdk; world backup { export wasmop:plugin/backup@0.3.0; }",
         path: "wit",
         world: "wasmop:sdk/backup",
         pub_export_macro: true,
@@ -70,7 +70,7 @@ pub mod backup {
 /// `export upgrade;`, expanded into a plugin only if it lists the capability.
 pub mod upgrade {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world upgrade { export wasmop:plugin/upgrade@0.2.0; }",
+        inline: "package wasmop:sdk; world upgrade { export wasmop:plugin/upgrade@0.3.0; }",
         path: "wit",
         world: "wasmop:sdk/upgrade",
         pub_export_macro: true,
@@ -81,9 +81,31 @@ pub mod upgrade {
 /// `export finalize;`, expanded into a plugin only if it lists the capability.
 pub mod finalize {
     wit_bindgen::generate!({
-        inline: "package wasmop:sdk; world finalize { export wasmop:plugin/finalize@0.2.0; }",
+        inline: "package wasmop:sdk; world finalize { export wasmop:plugin/finalize@0.3.0; }",
         path: "wit",
         world: "wasmop:sdk/finalize",
+        pub_export_macro: true,
+        export_macro_name: "export",
+    });
+}
+
+/// `export validate;`, expanded into a plugin only if it lists the capability.
+pub mod validate {
+    wit_bindgen::generate!({
+        inline: "package wasmop:sdk; world validate { export wasmop:plugin/validate@0.3.0; }",
+        path: "wit",
+        world: "wasmop:sdk/validate",
+        pub_export_macro: true,
+        export_macro_name: "export",
+    });
+}
+
+/// `export convert;`, expanded into a plugin only if it lists the capability.
+pub mod convert {
+    wit_bindgen::generate!({
+        inline: "package wasmop:sdk; world convert { export wasmop:plugin/convert@0.3.0; }",
+        path: "wit",
+        world: "wasmop:sdk/convert",
         pub_export_macro: true,
         export_macro_name: "export",
     });
@@ -135,6 +157,8 @@ mod metadata_glue {
                         Capability::Backup => w::Capability::Backup,
                         Capability::Upgrade => w::Capability::Upgrade,
                         Capability::Finalize => w::Capability::Finalize,
+                        Capability::Validate => w::Capability::Validate,
+                        Capability::Convert => w::Capability::Convert,
                     })
                     .collect(),
                 owns: kinds(m.owns),
@@ -154,6 +178,14 @@ mod metadata_glue {
                         },
                         json_path: c.json_path,
                         description: c.description,
+                    })
+                    .collect(),
+                versions: m
+                    .versions
+                    .into_iter()
+                    .map(|v| w::ApiVersion {
+                        name: v.name,
+                        config_schema: v.config_schema,
                     })
                     .collect(),
             }
@@ -286,6 +318,54 @@ mod finalize_glue {
                     delete: refs(d.delete),
                     keep: refs(d.keep),
                 })
+                .map_err(to_wit_error!(w))
+        }
+    }
+}
+
+mod validate_glue {
+    use super::*;
+    use crate::validate::Operation;
+    use crate::wit::validate::exports::wasmop::plugin::validate as w;
+
+    impl<T: crate::Validate> w::Guest for T {
+        fn validate(input: w::ValidateInput) -> Result<w::Verdict, w::PluginError> {
+            let operation = match input.operation {
+                w::Operation::Create => Operation::Create,
+                w::Operation::Update => Operation::Update,
+                w::Operation::Delete => Operation::Delete,
+                w::Operation::Connect => Operation::Connect,
+            };
+            crate::validate::validate::<T>(
+                operation,
+                &input.object,
+                input.old_object,
+                input.user_groups,
+                input.now,
+            )
+            .map(|v| w::Verdict {
+                violations: v
+                    .violations
+                    .into_iter()
+                    .map(|v| w::Violation {
+                        field: v.field,
+                        message: v.message,
+                    })
+                    .collect(),
+                warnings: v.warnings,
+            })
+            .map_err(to_wit_error!(w))
+        }
+    }
+}
+
+mod convert_glue {
+    use super::*;
+    use crate::wit::convert::exports::wasmop::plugin::convert as w;
+
+    impl<T: crate::Convert> w::Guest for T {
+        fn convert(input: w::ConvertInput) -> Result<String, w::PluginError> {
+            crate::convert::convert::<T>(&input.object, &input.desired_api_version)
                 .map_err(to_wit_error!(w))
         }
     }

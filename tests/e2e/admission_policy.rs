@@ -1,9 +1,11 @@
 //! The admission policy `deploy/` and the chart ship (`deploy/base/admission-policy.yaml`) on the
 //! real API server: impersonating the host's ServiceAccount, writes of pods that break a rule of
 //! Pod Security Standards `baseline` (privileged and host-level pods, and each of the other rules
-//! alone) and writes in the protected namespaces are refused by the API server itself, with the
-//! policy's message naming the field, while a hardened workload, what `baseline` allows next to
-//! each rule, the host's own Leases and Events, and every other identity's writes are admitted.
+//! alone), writes in the protected namespaces, and writes of CRDs and webhook configurations
+//! beyond what the host's webhooks need are refused by the API server itself, with the policy's
+//! message naming the field, while a hardened workload, what `baseline` allows next to each rule,
+//! the host's own Leases and Events, the CRD conversions and webhook configurations the host
+//! makes, and every other identity's writes are admitted.
 //! (That the chart's copy of the policy is the same object is `helm.rs`'s
 //! `the_chart_lints_and_renders_what_kustomize_does`.)
 //!
@@ -12,14 +14,20 @@
 //! concurrent tests, and an installed host, are never held by it. Every probe is a dry run (the API server runs admission
 //! for dry runs too), so nothing is left behind but what the test deletes.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use k8s_openapi::api::{
-    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
-    coordination::v1::Lease,
-    core::v1::{Pod, ServiceAccount},
-    rbac::v1::{ClusterRole, ClusterRoleBinding},
+use k8s_openapi::{
+    api::{
+        admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+            ValidatingWebhookConfiguration,
+        },
+        coordination::v1::Lease,
+        core::v1::{Pod, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
     Api, Client, Config,
@@ -30,7 +38,13 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use wasmop_host::app::App;
+use wasmop_host::{
+    app::App,
+    binding::PluginBinding,
+    webhook::configs::{
+        CONVERSION_MANAGER, Endpoint, Wanted, desired_conversion, desired_validating,
+    },
+};
 
 use crate::{
     apps::{Host, create_one_replica_app, push_kvstore},
@@ -409,6 +423,16 @@ fn probe_rights(
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["create"]},
+            {
+                "apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions"],
+                "verbs": ["create", "patch", "delete"],
+            },
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                "verbs": ["create", "patch", "delete"],
+            },
         ],
     }))?;
     let binding = serde_json::from_value(json!({
@@ -420,7 +444,8 @@ fn probe_rights(
 }
 
 /// The cluster-scoped objects one run creates, deleted whatever the outcome (they hold or grant
-/// rights to an identity only this run uses, but should not pile up).
+/// rights to an identity only this run uses, or are the webhook test's kind and configurations,
+/// but should not pile up).
 struct ClusterObjects {
     client: Client,
     name: String,
@@ -429,6 +454,14 @@ struct ClusterObjects {
 impl ClusterObjects {
     async fn delete(&self) {
         let params = DeleteParams::default();
+        let _ = Api::<CustomResourceDefinition>::all(self.client.clone())
+            .delete(&format!("widgets.{}", widget_group(&self.name)), &params)
+            .await;
+        for config in [format!("wasmop.{}", self.name), self.name.clone()] {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+                .delete(&config, &params)
+                .await;
+        }
         let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
             .delete(&self.name, &params)
             .await;
@@ -1040,6 +1073,315 @@ async fn own_account_refusals(
     expect_admitted(&host, &admitted).await
 }
 
+/// The API group of the webhook test's kind, `widgets.<group>` (its CRD's name), for the
+/// cluster-scoped objects of the run named `name`.
+fn widget_group(name: &str) -> String {
+    format!("{name}.example.com")
+}
+
+/// What the API server answered `client`'s dry run of `patch` (with `params`) to the
+/// cluster-scoped object `kind` `name` of `api_version`: `None` when admitted, the policy's
+/// message when refused.
+async fn dry_run_patch(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    patch: &Patch<Value>,
+    params: PatchParams,
+) -> anyhow::Result<Option<String>> {
+    let (group, version) = api_version.split_once('/').context("a group/version")?;
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let params = PatchParams {
+        dry_run: true,
+        ..params
+    };
+    let result = Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .patch(name, &params, patch)
+        .await
+        .map(|_| ());
+    refusal(result, &format!("{kind} {name}"))
+}
+
+/// [`dry_run_patch`] of a server-side apply of `object` (cluster-scoped, named in it) as the
+/// host applies it: as field manager `manager`, forced.
+async fn dry_run_apply(
+    client: &Client,
+    object: &Value,
+    manager: &str,
+) -> anyhow::Result<Option<String>> {
+    let api_version = object["apiVersion"].as_str().context("an apiVersion")?;
+    let kind = object["kind"].as_str().context("a kind")?;
+    let name = object["metadata"]["name"].as_str().context("a name")?;
+    let patch = Patch::Apply(object.clone());
+    let params = PatchParams::apply(manager).force();
+    dry_run_patch(client, api_version, kind, name, &patch, params).await
+}
+
+/// The webhooks' objects: a CRD's conversion and a binding's ValidatingWebhookConfiguration, as
+/// the leader writes them (`wasmop_host::webhook::configs` makes them here too), pass: the
+/// conversion set to the host's Service and back to `None`, the configuration created, applied
+/// over an existing one and deleted. Refused: a CRD created or deleted, or changed beyond its
+/// conversion and its `wasmop.dev/` labels and annotations (its names, its schema, another's
+/// label or kubectl's annotation, an owner reference); a configuration not named `wasmop.*`
+/// (created or deleted), one whose webhook calls a URL or a Service in another namespace, or
+/// is asked about Kubernetes' groups or every resource; any MutatingWebhookConfiguration.
+#[tokio::test]
+async fn the_api_server_holds_the_hosts_webhooks_to_its_own() -> anyhow::Result<()> {
+    under_the_policy(|local, admin, s| async move {
+        webhook_refusals(&local, &admin, &s.name, &s.identity, &s.system, &s.ns).await
+    })
+    .await
+}
+
+/// The fifth test proper: installs the renamed policy, probes it as `identity` (the
+/// ServiceAccount `wasmop` of `system`, whose Service `wasmop-webhook` the webhooks may call).
+async fn webhook_refusals(
+    local: &Local,
+    admin: &Client,
+    name: &str,
+    identity: &str,
+    system: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let (host, _) = held_host(local, admin, name, identity, system, ns).await?;
+    let crds = "apiextensions.k8s.io/v1";
+    let webhooks = "admissionregistration.k8s.io/v1";
+    // A team's kind, its CRD the admin's (deleted by `ClusterObjects`).
+    let group = widget_group(name);
+    let crd_name = format!("widgets.{group}");
+    let crd = json!({
+        "apiVersion": crds, "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name, "labels": {"team": "data"}},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                }},
+            }],
+        },
+    });
+    Api::<CustomResourceDefinition>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(crd.clone())?,
+        )
+        .await?;
+    let endpoint = Endpoint::Service {
+        namespace: system.to_string(),
+        name: "wasmop-webhook".into(),
+        port: 443,
+    };
+
+    // The leader's conversion of the kind, through the host's Service, and back to None.
+    for convert in [true, false] {
+        let desired = desired_conversion(&crd_name, name, convert, &endpoint, None);
+        if let Some(message) = dry_run_apply(&host, &desired, CONVERSION_MANAGER).await? {
+            anyhow::bail!("the host's conversion (convert: {convert}) was refused: {message}");
+        }
+    }
+    // Anything else of a CRD: refused, naming what would change (the host's own label passes).
+    let changes = [
+        (
+            json!({
+                "metadata": {"labels": {"wasmop.dev/conversion": name}},
+                "spec": {"names": {"shortNames": ["wdg"]}},
+            }),
+            "not spec.names",
+        ),
+        (
+            json!({"spec": {"versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                    "description": "the host's",
+                }},
+            }]}}),
+            "not spec.versions",
+        ),
+        (
+            json!({"metadata": {
+                "labels": {"team": "host"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            }}),
+            "not metadata.labels[team], \
+             metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]",
+        ),
+        (
+            json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "v1", "kind": "Namespace", "name": ns,
+                "uid": "00000000-0000-0000-0000-000000000000",
+            }]}}),
+            "not metadata.ownerReferences",
+        ),
+    ];
+    for (change, want) in changes {
+        let message = dry_run_patch(
+            &host,
+            crds,
+            "CustomResourceDefinition",
+            &crd_name,
+            &Patch::Merge(change.clone()),
+            PatchParams::default(),
+        )
+        .await?
+        .with_context(|| format!("the host's change {change} to CRD {crd_name} was admitted"))?;
+        println!("refused: {message}");
+        assert!(
+            message.contains(&format!(
+                "CustomResourceDefinition {crd_name}: the wasmop host may change only \
+                 spec.conversion and wasmop.dev/ labels and annotations, {want}"
+            )),
+            "{message}"
+        );
+        assert!(!message.contains("wasmop.dev/conversion"), "{message}");
+    }
+    let mut another = crd.clone();
+    another["metadata"]["name"] = json!(format!("gadgets.{group}"));
+    another["spec"]["names"] = json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget"});
+    let created = format!(
+        "CustomResourceDefinition gadgets.{group}: the wasmop host may not CREATE \
+         CustomResourceDefinitions"
+    );
+    expect_refused(&host, &[(another, created.as_str())]).await?;
+    let message = dry_run(&host, &crd, true)
+        .await?
+        .context("a CRD deleted by the host was admitted")?;
+    assert!(
+        message.contains(&format!(
+            "CustomResourceDefinition {crd_name}: the wasmop host may not DELETE"
+        )),
+        "{message}"
+    );
+
+    // The binding's ValidatingWebhookConfiguration as the leader makes it: created, it passes.
+    let binding: PluginBinding = serde_json::from_value(json!({
+        "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginBinding",
+        "metadata": {"name": name, "uid": "00000000-0000-0000-0000-000000000001"},
+        "spec": {
+            "kind": {"group": group, "version": "v1", "kind": "Widget"},
+            "plugin": {"image": "registry.example.com/plugins/widgets:1.0"},
+        },
+    }))?;
+    let wanted = Wanted {
+        binding: Arc::new(binding),
+        resource: "widgets".into(),
+        validate: Some(true),
+        convert: Some(false),
+    };
+    let desired = desired_validating(&wanted, &endpoint, None, &[]);
+    let config = format!("wasmop.{name}");
+    assert_eq!(desired["metadata"]["name"], config.as_str());
+    let hook = desired["webhooks"][0]["name"]
+        .as_str()
+        .context("a webhook")?
+        .to_string();
+    expect_admitted(&host, std::slice::from_ref(&desired)).await?;
+    // Refused: another name, a URL, another namespace's Service, Kubernetes' groups, every
+    // resource, and a mutating configuration.
+    let changed = |change: &dyn Fn(&mut Value)| {
+        let mut object = desired.clone();
+        change(&mut object);
+        object
+    };
+    let refused = [
+        (
+            changed(&|c| c["metadata"]["name"] = json!(name)),
+            format!(
+                "ValidatingWebhookConfiguration {name}: the wasmop host may not CREATE \
+                 ValidatingWebhookConfigurations not named wasmop.*"
+            ),
+        ),
+        (
+            changed(&|c| {
+                c["webhooks"][0]["clientConfig"] =
+                    json!({"url": "https://webhook.example.com/validate"});
+            }),
+            format!("webhooks[{hook}].clientConfig.url=https://webhook.example.com/validate"),
+        ),
+        (
+            changed(&|c| c["webhooks"][0]["clientConfig"]["service"]["namespace"] = json!(ns)),
+            format!("webhooks[{hook}].clientConfig.service={ns}/wasmop-webhook"),
+        ),
+        (
+            changed(&|c| {
+                c["webhooks"][0]["rules"][0]["apiGroups"] =
+                    json!(["", "apps", "networking.k8s.io"]);
+                c["webhooks"][0]["rules"][0]["resources"] = json!(["secrets"]);
+            }),
+            format!(
+                "webhooks[{hook}].rules.apiGroups: '', webhooks[{hook}].rules.apiGroups: 'apps', \
+                 webhooks[{hook}].rules.apiGroups: 'networking.k8s.io'"
+            ),
+        ),
+        (
+            changed(&|c| c["webhooks"][0]["rules"][0]["resources"] = json!(["*"])),
+            format!("webhooks[{hook}].rules.resources: '*'"),
+        ),
+        (
+            json!({
+                "apiVersion": webhooks, "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": config},
+            }),
+            format!(
+                "MutatingWebhookConfiguration {config}: the wasmop host may not CREATE \
+                 MutatingWebhookConfigurations"
+            ),
+        ),
+    ];
+    let refused: Vec<(Value, &str)> = refused
+        .iter()
+        .map(|(object, want)| (object.clone(), want.as_str()))
+        .collect();
+    expect_refused(&host, &refused).await?;
+
+    // Over configurations that exist (the admin's, empty): the leader's apply of its own passes,
+    // a URL in it does not; deleting its own passes, another's does not.
+    for existing in [config.as_str(), name] {
+        let empty: ValidatingWebhookConfiguration =
+            serde_json::from_value(json!({"metadata": {"name": existing}}))?;
+        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .create(&PostParams::default(), &empty)
+            .await?;
+    }
+    // The host's field manager is `wasmop`.
+    if let Some(message) = dry_run_apply(&host, &desired, "wasmop").await? {
+        anyhow::bail!("the host's apply of {config} was refused: {message}");
+    }
+    let with_url = changed(&|c| {
+        c["webhooks"][0]["clientConfig"] = json!({"url": "https://webhook.example.com/validate"});
+    });
+    let message = dry_run_apply(&host, &with_url, "wasmop")
+        .await?
+        .context("a URL applied over the host's configuration was admitted")?;
+    assert!(
+        message.contains(&format!("webhooks[{hook}].clientConfig.url=")),
+        "{message}"
+    );
+    let reference = |name: &str| {
+        json!({
+            "apiVersion": webhooks, "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+        })
+    };
+    if let Some(message) = dry_run(&host, &reference(&config), true).await? {
+        anyhow::bail!("the host's delete of {config} was refused: {message}");
+    }
+    let message = dry_run(&host, &reference(name), true)
+        .await?
+        .context("the host's delete of another's configuration was admitted")?;
+    assert!(
+        message.contains(&format!(
+            "ValidatingWebhookConfiguration {name}: the wasmop host may not DELETE"
+        )),
+        "{message}"
+    );
+    Ok(())
+}
+
 /// `object` (a Pod, or a kind whose pod template is at `spec.template` or, for a CronJob,
 /// `spec.jobTemplate.spec.template`) with `annotations` on its pod's metadata.
 fn annotated(mut object: Value, annotations: &Value) -> Value {
@@ -1071,6 +1413,9 @@ fn impersonating_kubeconfig(local: &Local, user: &str) -> anyhow::Result<std::pa
 /// reconciles a kvstore App to Ready (its CRDs, server-side applies of a StatefulSet, Services,
 /// a PodDisruptionBudget and ConfigMaps, the App's status and finalizer, Events, its Lease in its
 /// own namespace) and finalizes it on delete, and the API server refuses it nothing on the way.
+/// The admin applies the host's CRDs first, so that the host's own apply at start-up is the one a
+/// restarted host makes, which changes nothing: the policy refuses the host any CRD create and
+/// any change but a conversion.
 #[tokio::test]
 async fn the_hosts_own_writes_pass_the_policy() -> anyhow::Result<()> {
     under_the_policy(|local, admin, s| async move {
@@ -1098,6 +1443,7 @@ async fn host_under_policy(
         .create(&PostParams::default(), &rights)
         .await?;
     install_policy(local, admin, name, identity, &privileged_deployment(ns)).await?;
+    wasmop_host::crd_install::ensure_crds(admin).await?;
 
     let kubeconfig = impersonating_kubeconfig(local, identity)?;
     // The kubeconfig the host reads does act as the held identity.

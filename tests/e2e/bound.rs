@@ -38,7 +38,7 @@ use crate::{
 
 /// Deletes what the test made outside its namespace when dropped, even when it failed: the
 /// bindings (their finalizer first: no host may be left to release it), the CRD and the role.
-struct Cleanup {
+pub(crate) struct Cleanup {
     local: Local,
     bindings: Vec<String>,
     crd: String,
@@ -77,7 +77,10 @@ impl Drop for Cleanup {
 }
 
 /// The `Valid` condition of binding `name` once it has one: status, reason, message.
-async fn valid(api: &Api<PluginBinding>, name: &str) -> anyhow::Result<(String, String, String)> {
+pub(crate) async fn valid(
+    api: &Api<PluginBinding>,
+    name: &str,
+) -> anyhow::Result<(String, String, String)> {
     wait_for(
         &format!("PluginBinding {name} to be checked"),
         Duration::from_secs(60),
@@ -95,7 +98,12 @@ async fn valid(api: &Api<PluginBinding>, name: &str) -> anyhow::Result<(String, 
 }
 
 /// A binding of `group`'s `KVStore` to `image`, for the host of namespace `ns`.
-fn binding(name: &str, ns: &str, group: &str, image: &str) -> anyhow::Result<PluginBinding> {
+pub(crate) fn binding(
+    name: &str,
+    ns: &str,
+    group: &str,
+    image: &str,
+) -> anyhow::Result<PluginBinding> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginBinding",
         "metadata": {"name": name, "labels": {BINDING_LABEL: ns}},
@@ -108,7 +116,11 @@ fn binding(name: &str, ns: &str, group: &str, image: &str) -> anyhow::Result<Plu
 
 /// `kubectl wait --for=condition=Ready` of `resource` (`<plural>.<group>/<name>`) in
 /// `namespace`, for up to 120 s.
-async fn wait_ready(local: &Local, namespace: &str, resource: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_ready(
+    local: &Local,
+    namespace: &str,
+    resource: &str,
+) -> anyhow::Result<()> {
     kubectl_ok(
         local,
         &[
@@ -151,7 +163,7 @@ fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
 
 /// This run's own `KVStore` kind (in the group `<id>.e2e.example.com`) for the kvstore plugin
 /// ([`bound_kind`]).
-async fn kvstore_kind(
+pub(crate) async fn kvstore_kind(
     local: &Local,
     id: &str,
     bindings: &[&str],
@@ -169,6 +181,18 @@ async fn bound_kind(
     kind: &str,
     bindings: &[&str],
 ) -> anyhow::Result<(String, Cleanup)> {
+    bound_kind_with(local, id, component, kind, bindings, &[]).await
+}
+
+/// [`bound_kind`], with `extra` arguments for `wasmop plugin crd` (`--version v1alpha1,v1`).
+pub(crate) async fn bound_kind_with(
+    local: &Local,
+    id: &str,
+    component: &str,
+    kind: &str,
+    bindings: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<(String, Cleanup)> {
     let group = format!("{id}.e2e.example.com");
     let crd_name = format!("{}s.{group}", kind.to_ascii_lowercase());
     let cleanup = Cleanup {
@@ -182,6 +206,7 @@ async fn bound_kind(
         .args(["plugin", "crd"])
         .arg(&plugin)
         .args(["--group", &group, "--kind", kind])
+        .args(extra)
         .output()?;
     anyhow::ensure!(
         out.status.success(),
@@ -214,12 +239,17 @@ async fn bound_kind(
 }
 
 /// The API of `group`'s `KVStore` instances in `namespace`.
-fn instances_in(client: &Client, namespace: &str, group: &str) -> Api<DynamicObject> {
+pub(crate) fn instances_in(client: &Client, namespace: &str, group: &str) -> Api<DynamicObject> {
     instances_of(client, namespace, group, "KVStore")
 }
 
 /// The API of `group`'s `kind` instances in `namespace`.
-fn instances_of(client: &Client, namespace: &str, group: &str, kind: &str) -> Api<DynamicObject> {
+pub(crate) fn instances_of(
+    client: &Client,
+    namespace: &str,
+    group: &str,
+    kind: &str,
+) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(group, "v1", kind),
         &format!("{}s", kind.to_ascii_lowercase()),

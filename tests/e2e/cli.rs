@@ -47,7 +47,7 @@ fn inspect_reports_capabilities_and_digest() -> anyhow::Result<()> {
     );
     let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(info["name"], "kvstore");
-    assert_eq!(info["world"], "wasmop:plugin@0.2.0");
+    assert_eq!(info["world"], "wasmop:plugin@0.3.0");
     assert_eq!(
         info["configSchema"]["properties"]["replicas"]["type"],
         "integer"

@@ -1,6 +1,7 @@
 //! `deploy/` installs on the real cluster with the image `deploy/local/image.sh` built and
 //! pushed, and its RBAC is enough: the binary out of that image, run with the Deployment's
-//! arguments and a token of its ServiceAccount, reconciles an App to Ready.
+//! arguments and a token of its ServiceAccount, reconciles an App to Ready and, as the leader
+//! serving the webhooks, keeps their certificates in the Secret its Role names.
 
 use std::{
     path::{Path, PathBuf},
@@ -263,7 +264,54 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
             None,
             true,
         ),
-        // Never: CRDs, Secrets, RBAC, pods, other namespaces' objects' owners, the policies.
+        // The webhooks: the bindings' ValidatingWebhookConfigurations (written, listed, deleted;
+        // never watched) and the conversion of bound kinds' CRDs (patched and listed, by
+        // wasmop-conversion).
+        (
+            "create",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            true,
+        ),
+        (
+            "patch",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            true,
+        ),
+        (
+            "delete",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            true,
+        ),
+        (
+            "list",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            true,
+        ),
+        (
+            "watch",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "patch",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            true,
+        ),
+        (
+            "list",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            true,
+        ),
+        // Never: creating, replacing or deleting CRDs, mutating webhooks, admission policies
+        // (which no policy can hold), Secrets, RBAC, pods, other namespaces' objects' owners,
+        // the policies.
         (
             "create",
             "customresourcedefinitions.apiextensions.k8s.io",
@@ -271,8 +319,32 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
             false,
         ),
         (
-            "patch",
+            "update",
             "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "delete",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "create",
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "delete",
+            "validatingadmissionpolicies.admissionregistration.k8s.io",
+            None,
+            false,
+        ),
+        (
+            "delete",
+            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
             None,
             false,
         ),
@@ -346,8 +418,44 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         "the host may get Secrets in a namespace that bound nothing"
     );
 
+    // In its own namespace, the webhooks' certificate Secret: created (RBAC cannot narrow a
+    // create by name), then read and rotated by its name only; no other Secret there.
+    let in_host_namespace = |verb: &str, resource: &str| -> anyhow::Result<bool> {
+        let out = kubectl(&local)?
+            .args([
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                "--as=system:serviceaccount:wasmop-system:wasmop",
+                "-n",
+                "wasmop-system",
+            ])
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    };
+    let host_namespace = [
+        ("create", "secrets", true),
+        ("get", "secrets/wasmop-webhook-tls", true),
+        ("update", "secrets/wasmop-webhook-tls", true),
+        ("get", "secrets", false),
+        ("list", "secrets", false),
+        ("watch", "secrets", false),
+        ("get", "secrets/wasmop-cache-key", false),
+        ("update", "secrets/wasmop-cache-key", false),
+        ("delete", "secrets/wasmop-webhook-tls", false),
+        ("patch", "secrets/wasmop-webhook-tls", false),
+    ];
+    for (verb, resource, allowed) in host_namespace {
+        anyhow::ensure!(
+            in_host_namespace(verb, resource)? == allowed,
+            "the ServiceAccount {} {verb} {resource} in wasmop-system",
+            if allowed { "may not" } else { "may" },
+        );
+    }
+
     // The image's binary, run as the Deployment runs it: its exact arguments (the paths and
-    // the listen address moved to this machine, and --namespace added so that it reconciles
+    // the listen addresses moved to this machine, and --namespace added so that it reconciles
     // only this test's namespace), a token of the ServiceAccount, the Pod's environment.
     let reference = container.image.clone().unwrap_or_default();
     assert_eq!(
@@ -368,12 +476,16 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         "the image's wasmop --version: {version}"
     );
     let port = free_port()?;
+    let webhook_port = free_port()?;
     let key = dir.join("cache-key");
     std::fs::write(&key, "0123456789abcdef".repeat(4))?;
     let mut args: Vec<std::ffi::OsString> = Vec::new();
     for arg in container.args.iter().flatten() {
         args.push(match arg.split_once('=') {
             Some(("--listen", _)) => format!("--listen=127.0.0.1:{port}").into(),
+            Some(("--webhook-listen", _)) => {
+                format!("--webhook-listen=127.0.0.1:{webhook_port}").into()
+            }
             Some(("--cache-dir", _)) => {
                 format!("--cache-dir={}", dir.join("cache").display()).into()
             }
@@ -416,6 +528,28 @@ async fn the_kustomize_install_runs_the_image_with_only_its_service_accounts_rig
         "Ready with only the ServiceAccount's rights",
         Duration::from_secs(90),
         ready_at(1, "7.2.4"),
+    )
+    .await?;
+    // It leads, and serves the webhooks (the Deployment's --webhook-listen, moved to this
+    // machine): it made, or read and kept, their certificates in the Secret its Role names.
+    let tls: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "wasmop-system");
+    wait_for(
+        "the webhooks' certificates in Secret wasmop-system/wasmop-webhook-tls",
+        Duration::from_secs(30),
+        || async {
+            let secret = tls.get_opt("wasmop-webhook-tls").await?;
+            Ok(secret
+                .filter(|s| {
+                    s.type_.as_deref() == Some("kubernetes.io/tls")
+                        && s.data.as_ref().is_some_and(|d| {
+                            ["tls.crt", "tls.key", "ca.crt"]
+                                .iter()
+                                .all(|k| d.contains_key(*k))
+                        })
+                })
+                .map(drop))
+        },
     )
     .await?;
     drop(host);
@@ -554,6 +688,30 @@ async fn the_namespaced_install_grants_rights_only_where_it_watches() -> anyhow:
         ("list", "configmaps", &other.name, false),
         ("create", "events.events.k8s.io", &other.name, false),
         ("get", "secrets", &watched.name, false),
+        // The webhooks' objects are cluster-scoped, so their rights stay cluster-wide here too;
+        // their certificates' Secret is in the host's own namespace, by name.
+        (
+            "create",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+            &other.name,
+            true,
+        ),
+        (
+            "patch",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            &other.name,
+            true,
+        ),
+        (
+            "delete",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            &other.name,
+            false,
+        ),
+        ("create", "secrets", &system.name, true),
+        ("update", "secrets/wasmop-webhook-tls", &system.name, true),
+        ("get", "secrets", &system.name, false),
+        ("create", "secrets", &watched.name, false),
     ];
     for (verb, resource, ns, allowed) in expected {
         anyhow::ensure!(

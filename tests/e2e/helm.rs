@@ -1,8 +1,9 @@
 //! The Helm chart (`deploy/helm/wasmop`): `helm lint` passes with the defaults and with every
 //! optional part switched on; with the defaults it renders the objects `kubectl kustomize deploy/`
-//! does (less the Namespace, which Helm leaves to `--create-namespace`), object by object; and
-//! what it renders, with the defaults and with a namespaced install, the real API server takes
-//! (`kubectl apply --dry-run=server`).
+//! does (less the Namespace, which Helm leaves to `--create-namespace`), object by object; the
+//! webhooks' values switch what they should (cert-manager's certificate instead of the host's,
+//! or no webhooks and none of their rights); and what it renders, with the defaults and with a
+//! namespaced install, the real API server takes (`kubectl apply --dry-run=server`).
 
 use std::{
     collections::BTreeMap,
@@ -167,6 +168,14 @@ fn the_chart_lints_and_renders_what_kustomize_does() -> anyhow::Result<()> {
         "allowPrivateRegistries={127.0.0.0/8}",
         "--set",
         "admissionPolicy.namespaceSelector.matchLabels.wasmop\\.dev/admission-policy=on",
+        "--set",
+        "webhooks.port=8443",
+        "--set",
+        "webhooks.certManager.enabled=true",
+        "--set",
+        "webhooks.certManager.issuerRef.name=internal-ca",
+        "--set",
+        "webhooks.certManager.issuerRef.kind=ClusterIssuer",
     ])?;
     helm(&[
         "lint",
@@ -174,6 +183,8 @@ fn the_chart_lints_and_renders_what_kustomize_does() -> anyhow::Result<()> {
         CHART,
         "--set",
         "admissionPolicy.enabled=false",
+        "--set",
+        "webhooks.enabled=false",
     ])?;
 
     let local = Local::discover()?;
@@ -211,6 +222,89 @@ fn the_chart_lints_and_renders_what_kustomize_does() -> anyhow::Result<()> {
             "{key}: the chart (left) and kustomize (right) differ"
         );
     }
+    Ok(())
+}
+
+/// The Deployment's container arguments in `objects`, as one JSON text.
+fn args(objects: &BTreeMap<String, Value>) -> String {
+    objects["Deployment wasmop-system/wasmop"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .to_string()
+}
+
+#[test]
+fn the_chart_switches_the_webhooks() -> anyhow::Result<()> {
+    let render = |set: &[&str]| -> anyhow::Result<BTreeMap<String, Value>> {
+        let mut command = vec!["template", "wasmop", CHART, "--namespace", "wasmop-system"];
+        for value in set {
+            command.extend(["--set", *value]);
+        }
+        objects(&helm(&command)?)
+    };
+    // The defaults (the same objects as kustomize's, see above): the host's own certificates,
+    // in a Secret only it may create, get and update.
+    let default = render(&[])?;
+    assert!(default.contains_key("Service wasmop-system/wasmop-webhook"));
+    assert!(default.contains_key("Role wasmop-system/wasmop-webhook-certificates"));
+    assert!(!args(&default).contains("--webhook-cert-dir"));
+    assert!(!default.keys().any(|k| k.starts_with("Certificate ")));
+
+    // cert-manager: a CA of the chart's own and the serving certificate for the Service's names,
+    // mounted for --webhook-cert-dir; the host makes no certificate and gets no Secret rights.
+    let cert_manager = render(&["webhooks.certManager.enabled=true"])?;
+    for key in [
+        "Issuer wasmop-system/wasmop-webhook-selfsigned",
+        "Certificate wasmop-system/wasmop-webhook-ca",
+        "Issuer wasmop-system/wasmop-webhook-ca",
+        "Certificate wasmop-system/wasmop-webhook",
+    ] {
+        assert!(cert_manager.contains_key(key), "no {key}");
+    }
+    assert!(!cert_manager.contains_key("Role wasmop-system/wasmop-webhook-certificates"));
+    let certificate = &cert_manager["Certificate wasmop-system/wasmop-webhook"]["spec"];
+    assert_eq!(certificate["secretName"], "wasmop-webhook-cert");
+    assert_eq!(
+        certificate["dnsNames"][0], "wasmop-webhook.wasmop-system.svc",
+        "the name the API server calls the Service by"
+    );
+    assert_eq!(certificate["issuerRef"]["name"], "wasmop-webhook-ca");
+    assert!(args(&cert_manager).contains("--webhook-cert-dir=/etc/wasmop/webhook-tls"));
+    let pod = &cert_manager["Deployment wasmop-system/wasmop"]["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["secret"]["secretName"] == "wasmop-webhook-cert"),
+        "{pod}"
+    );
+    // An issuer of the cluster's own instead of the chart's.
+    let issued = render(&[
+        "webhooks.certManager.enabled=true",
+        "webhooks.certManager.issuerRef.name=internal-ca",
+        "webhooks.certManager.issuerRef.kind=ClusterIssuer",
+    ])?;
+    assert!(!issued.contains_key("Issuer wasmop-system/wasmop-webhook-ca"));
+    assert_eq!(
+        issued["Certificate wasmop-system/wasmop-webhook"]["spec"]["issuerRef"],
+        serde_json::json!({"name": "internal-ca", "kind": "ClusterIssuer"})
+    );
+
+    // Without webhooks: nothing served, and none of their rights.
+    let off = render(&["webhooks.enabled=false"])?;
+    for key in [
+        "Service wasmop-system/wasmop-webhook",
+        "Role wasmop-system/wasmop-webhook-certificates",
+        "ClusterRole /wasmop-conversion",
+        "ClusterRoleBinding /wasmop-conversion",
+    ] {
+        assert!(!off.contains_key(key), "{key} without webhooks");
+    }
+    assert!(!args(&off).contains("--webhook"), "{}", args(&off));
+    let cluster = off["ClusterRole /wasmop-cluster"]["rules"].to_string();
+    assert!(
+        !cluster.contains("validatingwebhookconfigurations"),
+        "{cluster}"
+    );
     Ok(())
 }
 

@@ -259,16 +259,16 @@ async fn wasmop_wkg_and_oras_read_each_others_plugins_through_basic_auth() -> an
     );
     let exports = config["component"]["exports"].to_string();
     assert!(
-        exports.contains("wasmop:plugin/metadata@0.2.0"),
+        exports.contains("wasmop:plugin/metadata@0.3.0"),
         "{exports}"
     );
     assert!(
-        exports.contains("wasmop:plugin/spec-diff@0.2.0"),
+        exports.contains("wasmop:plugin/spec-diff@0.3.0"),
         "{exports}"
     );
     let imports = config["component"]["imports"].to_string();
-    assert!(imports.contains("wasmop:plugin/log@0.2.0"), "{imports}");
-    assert_eq!(config["component"]["target"], "wasmop:plugin/plugin@0.2.0");
+    assert!(imports.contains("wasmop:plugin/log@0.3.0"), "{imports}");
+    assert_eq!(config["component"]["target"], "wasmop:plugin/plugin@0.3.0");
 
     // The matrix: every pusher by every puller. wkg reads only artifacts whose config is the
     // Wasm one, which a plain `oras push` does not write; that one cell is a refusal.

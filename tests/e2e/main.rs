@@ -29,3 +29,4 @@ mod policy;
 mod pull_secrets;
 mod registry;
 mod signatures;
+mod webhooks;

@@ -281,6 +281,7 @@ mod tests {
                 source_namespace: None,
                 limits: None,
                 version_path: None,
+                admission: None,
             },
         );
         b.metadata.creation_timestamp = Some(Time(

@@ -63,6 +63,58 @@ pub struct PluginBindingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 6, max = 256))]
     pub version_path: Option<String>,
+    /// How the API server asks the plugin about writes of instances, when the plugin exports
+    /// `validate`: the host then registers a validating webhook for the kind. Defaults apply
+    /// when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionSettings>,
+}
+
+/// How the API server calls the plugin's `validate` (a `ValidatingWebhookConfiguration`'s
+/// settings, for the one webhook of the kind).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionSettings {
+    /// What the API server does when the plugin cannot answer (it traps, runs past its
+    /// deadline, is not loaded yet, or no host answers): `Fail` refuses the write (the
+    /// default), `Ignore` lets it through unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<FailurePolicy>,
+    /// How long the API server waits for an answer, 1 to 30 seconds (default 5). The plugin's
+    /// deadline is held well inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 30))]
+    pub timeout_seconds: Option<i32>,
+    /// Whether the plugin is told the groups of the user who writes (default false: a plugin
+    /// learns nothing of who asks unless the binding says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_groups: Option<bool>,
+}
+
+/// A webhook's failure policy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum FailurePolicy {
+    /// Refuse the write.
+    Fail,
+    /// Let the write through.
+    Ignore,
+}
+
+impl AdmissionSettings {
+    /// The default timeout, as the API server's own default for a webhook (since v1).
+    pub const DEFAULT_TIMEOUT_SECONDS: i32 = 5;
+
+    /// The failure policy, `Fail` unless set.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.failure_policy.unwrap_or(FailurePolicy::Fail)
+    }
+
+    /// The timeout in seconds, clamped to 1..=30 (the API server's bounds).
+    pub fn timeout_seconds(&self) -> i32 {
+        self.timeout_seconds
+            .unwrap_or(Self::DEFAULT_TIMEOUT_SECONDS)
+            .clamp(1, 30)
+    }
 }
 
 /// A kind, by API group, version and name.

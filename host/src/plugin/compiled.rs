@@ -179,6 +179,7 @@ impl CompiledPlugin {
             observes: Vec::new(),
             config_schema: None,
             printer_columns: Vec::new(),
+            versions: Vec::new(),
         };
         let mut plugin = Self {
             digest,
@@ -283,8 +284,14 @@ fn check_world(
         match interface {
             "metadata" => has_metadata = true,
             other => match Capability::from_interface(other) {
-                Some(capability) => {
+                Some(capability) if version.has(capability) => {
                     capabilities.insert(capability);
+                }
+                Some(_) => {
+                    return Err(incompatible(format!(
+                        "it exports {name}, an interface {} does not have",
+                        version.package()
+                    )));
                 }
                 None => return Err(incompatible(format!("it exports unknown interface {name}"))),
             },
@@ -302,6 +309,6 @@ fn check_world(
             WitVersion::loaded()
         )));
     }
-    let wit = wit.map_or(WitVersion::V0_2, |(version, _)| version);
+    let wit = wit.map_or(WitVersion::V0_3, |(version, _)| version);
     Ok((wit, capabilities))
 }

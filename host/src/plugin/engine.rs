@@ -92,7 +92,7 @@ impl PluginEngine {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         clock::add_to_linker(&mut linker, CallState::clock)?;
         log::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
-        bindings::add_log_v0_1(&mut linker)?;
+        bindings::add_log_older(&mut linker)?;
 
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);

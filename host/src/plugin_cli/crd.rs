@@ -24,8 +24,11 @@ pub struct CrdRequest {
     pub group: String,
     /// `--kind`, e.g. `KVStore`.
     pub kind: String,
-    /// `--version`, e.g. `v1`.
-    pub version: String,
+    /// `--version`: one version (`v1`) or several, oldest first (`v1alpha1,v1`); by default the
+    /// versions the plugin declares, else `v1`.
+    pub version: Option<String>,
+    /// `--storage`: the version instances are stored in; by default the last of `--version`.
+    pub storage: Option<String>,
     /// `--plural`; by default the kind in lower case, made plural.
     pub plural: Option<String>,
     /// `--short-name`, any number.
@@ -41,8 +44,10 @@ pub struct Names {
     pub group: String,
     /// CamelCase kind.
     pub kind: String,
-    /// API version.
-    pub version: String,
+    /// API versions, oldest first.
+    pub versions: Vec<String>,
+    /// The version instances are stored in, one of `versions`.
+    pub storage: String,
     /// Plural resource name.
     pub plural: String,
     /// Singular resource name: the kind in lower case.
@@ -61,11 +66,31 @@ pub(super) async fn crd(
     output: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     // The names first: a typo in a flag should not wait for a pull and a compile.
-    let names = Names::check(&request)?;
+    let mut names = Names::check(&request)?;
     let bytes = load_bytes(plugin).await?;
     let label = plugin.to_string();
+    let (asked, storage) = (request.version.clone(), request.storage.clone());
     let yaml = blocking(move || {
         let (_engine, compiled) = prepare(&label, &bytes)?;
+        if asked.is_none() && !compiled.metadata.versions.is_empty() {
+            names.versions = compiled
+                .metadata
+                .versions
+                .iter()
+                .map(|v| v.name.clone())
+                .collect();
+            names.storage = storage
+                .clone()
+                .unwrap_or_else(|| names.versions.last().cloned().unwrap_or_default());
+            if !names.versions.contains(&names.storage) {
+                bail!(
+                    "--storage {:?} is not one of plugin {}'s versions ({})",
+                    names.storage,
+                    compiled.metadata.name,
+                    names.versions.join(", ")
+                );
+            }
+        }
         render(&compiled, &names)
     })
     .await?;
@@ -131,13 +156,28 @@ impl Names {
                  digits, at most 63 (e.g. KVStore)"
             );
         }
-        let version = request.version.as_str();
-        if !is_dns_label(version) || !version.starts_with('v') {
-            bail!(
-                "--version {version:?} must be a Kubernetes API version such as v1 or v1alpha1 \
-                 (a lower-case DNS label starting with 'v')"
-            );
+        let listed = request.version.as_deref().unwrap_or("v1");
+        let mut versions: Vec<String> = Vec::new();
+        for version in listed.split(',').map(str::trim) {
+            if !is_dns_label(version) || !version.starts_with('v') {
+                bail!(
+                    "--version {version:?} must be a Kubernetes API version such as v1 or \
+                     v1alpha1 (a lower-case DNS label starting with 'v')"
+                );
+            }
+            if versions.iter().any(|v| v == version) {
+                bail!("--version {listed:?} names {version} twice");
+            }
+            versions.push(version.to_string());
         }
+        let storage = match &request.storage {
+            Some(storage) if !versions.contains(storage) => bail!(
+                "--storage {storage:?} must be one of --version ({})",
+                versions.join(", ")
+            ),
+            Some(storage) => storage.clone(),
+            None => versions.last().cloned().unwrap_or_default(),
+        };
         let singular = kind.to_ascii_lowercase();
         let plural = match &request.plural {
             Some(plural) => plural.clone(),
@@ -176,7 +216,8 @@ impl Names {
         Ok(Self {
             group: group.to_string(),
             kind: kind.to_string(),
-            version: version.to_string(),
+            versions,
+            storage,
             plural,
             singular,
             short_names,
@@ -255,14 +296,20 @@ pub fn status_schema() -> anyhow::Result<Value> {
 
 /// The kind's `spec`: `version`, then the configuration's properties as the plugin's schema
 /// gives them, or any fields where it gives none.
-pub fn spec_schema(metadata: &PluginMetadata, kind: &str) -> anyhow::Result<Value> {
+/// `config` is the configuration schema of one version (`metadata`'s own, or one of its
+/// `versions`).
+pub fn spec_schema(
+    metadata: &PluginMetadata,
+    config: Option<&Value>,
+    kind: &str,
+) -> anyhow::Result<Value> {
     let version = json!({
         "type": "string",
         "minLength": 1,
         "description": "The version of the service to run, e.g. 7.2.4. The plugin's upgrade gate \
                         decides when a change rolls out; status.version is the version rolled out.",
     });
-    let mut spec = match &metadata.config_schema {
+    let mut spec = match config {
         Some(Value::Object(config)) => config.clone(),
         Some(_) => bail!(
             "plugin {}'s configuration schema is not an object",
@@ -328,10 +375,6 @@ pub fn custom_resource_definition(
     names: &Names,
     source: &str,
 ) -> anyhow::Result<Value> {
-    let spec = spec_schema(metadata, &names.kind)?;
-    structural::check_structural(&spec).map_err(|err| {
-        anyhow::anyhow!("the spec made of plugin {}'s schema: {err}", metadata.name)
-    })?;
     let status = status_schema()?;
     let description = if metadata.description.is_empty() {
         format!(
@@ -366,6 +409,62 @@ pub fn custom_resource_definition(
     if !names.short_names.is_empty() {
         crd_names["shortNames"] = json!(names.short_names);
     }
+    let declared = &metadata.versions;
+    if !declared.is_empty()
+        && let Some(unknown) = names
+            .versions
+            .iter()
+            .find(|v| !declared.iter().any(|d| &d.name == *v))
+    {
+        bail!(
+            "--version {unknown}: plugin {} knows versions {} (its configuration has a schema \
+             for each)",
+            metadata.name,
+            declared
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let converts = declared.len() > 1;
+    if names.versions.len() > 1 && declared.is_empty() {
+        // One schema for every version: the API server converts by rewriting apiVersion alone
+        // (conversion strategy None), which is right only because nothing else differs.
+    } else if names.versions.len() > 1 && !converts {
+        bail!(
+            "--version {}: plugin {} declares one version; it must export convert for several",
+            names.versions.join(","),
+            metadata.name
+        );
+    }
+    let mut versions = Vec::new();
+    for version in &names.versions {
+        let config = match declared.iter().find(|d| &d.name == version) {
+            Some(declared) => declared.config_schema.as_ref(),
+            None => metadata.config_schema.as_ref(),
+        };
+        let spec = spec_schema(metadata, config, &names.kind)?;
+        structural::check_structural(&spec).map_err(|err| {
+            anyhow::anyhow!(
+                "the spec of {version} made of plugin {}'s schema: {err}",
+                metadata.name
+            )
+        })?;
+        versions.push(json!({
+            "name": version,
+            "served": true,
+            "storage": *version == names.storage,
+            "schema": {"openAPIV3Schema": {
+                "description": description,
+                "type": "object",
+                "required": ["spec"],
+                "properties": {"spec": spec, "status": status},
+            }},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": columns,
+        }));
+    }
     Ok(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -377,19 +476,7 @@ pub fn custom_resource_definition(
             "group": names.group,
             "names": crd_names,
             "scope": "Namespaced",
-            "versions": [{
-                "name": names.version,
-                "served": true,
-                "storage": true,
-                "schema": {"openAPIV3Schema": {
-                    "description": description,
-                    "type": "object",
-                    "required": ["spec"],
-                    "properties": {"spec": spec, "status": status},
-                }},
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-            }],
+            "versions": versions,
         },
     }))
 }
@@ -428,7 +515,7 @@ mod tests {
         api::rbac::v1::ClusterRole,
         apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     };
-    use wasmop_core::answers::{ColumnType, PrinterColumn};
+    use wasmop_core::answers::{ApiVersionSchema, ColumnType, PrinterColumn};
 
     use super::*;
 
@@ -436,7 +523,8 @@ mod tests {
         CrdRequest {
             group: group.into(),
             kind: kind.into(),
-            version: "v1".into(),
+            version: None,
+            storage: None,
             plural: None,
             short_names: vec![],
             scope: CrdScope::Namespaced,
@@ -465,6 +553,7 @@ mod tests {
                 json_path: ".spec.replicas".into(),
                 description: "Pods".into(),
             }],
+            versions: vec![],
         }
     }
 
@@ -545,7 +634,24 @@ mod tests {
                 with(|r| r.kind = "KV-Store".into()),
                 "--kind",
             ),
-            ("version", with(|r| r.version = "1".into()), "--version"),
+            (
+                "version",
+                with(|r| r.version = Some("1".into())),
+                "--version",
+            ),
+            (
+                "a version twice",
+                with(|r| r.version = Some("v1,v1".into())),
+                "--version",
+            ),
+            (
+                "storage not among the versions",
+                with(|r| {
+                    r.version = Some("v1alpha1,v1".into());
+                    r.storage = Some("v2".into());
+                }),
+                "--storage",
+            ),
             (
                 "plural",
                 with(|r| r.plural = Some("KVStores".into())),
@@ -588,6 +694,64 @@ mod tests {
         ] {
             assert_eq!(plural_of(singular), plural);
         }
+    }
+
+    #[test]
+    fn several_versions_each_have_their_schema_and_one_is_stored() {
+        let versioned = |names: &[&str]| {
+            Names::check(&CrdRequest {
+                version: Some(names.join(",")),
+                ..request("data.acme.io", "KVStore")
+            })
+            .expect("valid names")
+        };
+        let old = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let mut converting = metadata(Some(config()));
+        converting.versions = vec![
+            ApiVersionSchema {
+                name: "v1alpha1".into(),
+                config_schema: Some(old.clone()),
+            },
+            ApiVersionSchema {
+                name: "v1".into(),
+                config_schema: Some(config()),
+            },
+        ];
+        let crd = custom_resource_definition(&converting, &versioned(&["v1alpha1", "v1"]), "x")
+            .expect("renders");
+        let versions = crd["spec"]["versions"].as_array().expect("versions");
+        assert_eq!(versions.len(), 2);
+        assert_eq!(
+            (versions[0]["name"].clone(), versions[0]["storage"].clone()),
+            (json!("v1alpha1"), json!(false))
+        );
+        assert_eq!(versions[1]["storage"], true);
+        let spec = |v: &Value| v["schema"]["openAPIV3Schema"]["properties"]["spec"].clone();
+        assert!(spec(&versions[0])["properties"].get("text").is_some());
+        assert!(spec(&versions[1])["properties"].get("replicas").is_some());
+        // A version the plugin does not declare, or several of a plugin that declares none
+        // but one, are refused naming what it knows.
+        let err = custom_resource_definition(&converting, &versioned(&["v1beta1", "v1"]), "x")
+            .expect_err("unknown version");
+        assert!(err.to_string().contains("v1alpha1, v1"), "{err}");
+        let mut one = metadata(Some(config()));
+        one.versions = vec![ApiVersionSchema {
+            name: "v1".into(),
+            config_schema: Some(config()),
+        }];
+        let err = custom_resource_definition(&one, &versioned(&["v1"]), "x");
+        assert!(err.is_ok(), "{err:?}");
+        // A plugin that declares no versions: every version has its one schema.
+        let plain = custom_resource_definition(
+            &metadata(Some(config())),
+            &versioned(&["v1beta1", "v1"]),
+            "x",
+        )
+        .expect("renders");
+        assert_eq!(
+            spec(&plain["spec"]["versions"][0]),
+            spec(&plain["spec"]["versions"][1])
+        );
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! `plugin inspect`: name, version, capabilities, world (the `wasmop:plugin` version it was
-//! built for), digest, and whether it declares a configuration schema, of a component.
+//! built for), digest, whether it declares a configuration schema, and the API versions of a
+//! bound kind it knows (with `convert`, those it converts between), of a component.
 
 use serde_json::json;
+use wasmop_core::answers::ApiVersionSchema;
 
 use super::{blocking, oci::load_bytes, prepare};
+use crate::plugin::Capability;
 
 pub(super) async fn inspect(plugin: &str, json: bool) -> anyhow::Result<()> {
     let bytes = load_bytes(plugin).await?;
@@ -43,6 +46,7 @@ fn inspect_bytes(plugin: &str, bytes: &[u8], json: bool) -> anyhow::Result<()> {
             "capabilities": capabilities, "world": world, "size": bytes.len(),
             "digest": compiled.digest.as_str(), "owns": m.owns, "observes": m.observes,
             "configSchema": m.config_schema, "printerColumns": m.printer_columns,
+            "versions": m.versions,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -58,6 +62,70 @@ fn inspect_bytes(plugin: &str, bytes: &[u8], json: bool) -> anyhow::Result<()> {
         if !columns.is_empty() {
             println!("columns:      {}", columns.join(", "));
         }
+        let converts = compiled.capabilities.contains(&Capability::Convert);
+        if let Some(versions) = api_versions(&m.versions, converts) {
+            println!("versions:     {versions}");
+        }
     }
     Ok(())
+}
+
+/// The API versions the plugin knows, oldest first, each with the number of its schema's
+/// top-level fields (`v1alpha1 (2 fields), v1 (2 fields)`), and whether it converts between
+/// them; `None` when it lists none (one version, the configuration's schema).
+fn api_versions(versions: &[ApiVersionSchema], converts: bool) -> Option<String> {
+    if versions.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = versions
+        .iter()
+        .map(|v| {
+            let fields = v
+                .config_schema
+                .as_ref()
+                .and_then(|s| s.get("properties"))
+                .and_then(|p| p.as_object())
+                .map(|p| p.len());
+            match fields {
+                Some(fields) => format!("{} ({fields} fields)", v.name),
+                None => format!("{} (free-form)", v.name),
+            }
+        })
+        .collect();
+    let converts = if converts {
+        "converted between"
+    } else {
+        "not converted"
+    };
+    Some(format!("{}; {converts}", listed.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn versions_are_listed_oldest_first_with_their_fields() {
+        let versions = [
+            ApiVersionSchema {
+                name: "v1alpha1".into(),
+                config_schema: None,
+            },
+            ApiVersionSchema {
+                name: "v1".into(),
+                config_schema: Some(json!({"type": "object", "properties": {"a": {}, "b": {}}})),
+            },
+        ];
+        assert_eq!(
+            api_versions(&versions, true).as_deref(),
+            Some("v1alpha1 (free-form), v1 (2 fields); converted between")
+        );
+        assert_eq!(
+            api_versions(&versions[1..], false).as_deref(),
+            Some("v1 (2 fields); not converted")
+        );
+        assert_eq!(api_versions(&[], true), None);
+    }
 }

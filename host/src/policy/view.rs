@@ -163,8 +163,15 @@ impl PolicyView {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Runs the policy and namespace watches and writes policy statuses, until dropped.
-    pub async fn run(self: Arc<Self>, client: Client, writers: Writers) {
+    /// Runs the policy and namespace watches, and writes policy statuses once `leading` is
+    /// true (a standby reads the policies, for the webhooks it answers, and writes nothing),
+    /// until dropped.
+    pub async fn run(
+        self: Arc<Self>,
+        client: Client,
+        writers: Writers,
+        leading: watch::Receiver<bool>,
+    ) {
         let policies = reflector::reflector(
             writers.policies,
             watcher(
@@ -225,7 +232,7 @@ impl PolicyView {
             role_bindings.boxed(),
             cluster_role_bindings.boxed(),
         ]));
-        let status = tokio::spawn(Arc::clone(&self).write_statuses(client));
+        let status = tokio::spawn(Arc::clone(&self).write_statuses(client, leading));
         while let Some(ok) = events.next().await {
             if !ok {
                 continue;
@@ -280,7 +287,7 @@ impl PolicyView {
     }
 
     /// Writes each policy's status after changes, coalescing bursts.
-    async fn write_statuses(self: Arc<Self>, client: Client) {
+    async fn write_statuses(self: Arc<Self>, client: Client, mut leading: watch::Receiver<bool>) {
         let mut changes = self.subscribe();
         let api: Api<PluginPolicy> = Api::all(client);
         let started = std::time::Instant::now();
@@ -297,6 +304,12 @@ impl PolicyView {
                     );
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            if !*leading.borrow_and_update() {
+                if leading.changed().await.is_err() {
+                    return;
+                }
                 continue;
             }
             let policies = self.policies.state();

@@ -286,17 +286,22 @@ pub fn perform(
     Ok(Some(next))
 }
 
-/// Clock skew the certificates allow for: valid from an hour before they are made.
+/// Clock skew the certificates allow for: valid from an hour before they are made (a tenth of
+/// their lifetime, if that is less).
 const SKEW: i64 = 3600;
 
 fn validity(params: &mut CertificateParams, now: i64, lifetime: Duration) -> Result<(), CertError> {
+    // A tenth of the lifetime at most: a skew longer than a short lifetime (the tests') would
+    // put every certificate past its renewal time from the start (renewal counts from
+    // `not_before`).
+    let skew = SKEW.min(secs(lifetime) / 10);
     let at = |s: i64| {
         time::OffsetDateTime::from_unix_timestamp(s).map_err(|err| CertError::Read {
             what: "clock",
             message: err.to_string(),
         })
     };
-    params.not_before = at(now - SKEW)?;
+    params.not_before = at(now - skew)?;
     params.not_after = at(now.saturating_add(secs(lifetime)))?;
     Ok(())
 }
@@ -387,9 +392,22 @@ fn parse(pem: &str, what: &'static str) -> Result<Parsed, CertError> {
     for extension in cert.extensions() {
         match extension.parsed_extension() {
             ParsedExtension::SubjectAlternativeName(san) => {
-                names.extend(san.general_names.iter().filter_map(|n| match n {
-                    GeneralName::DNSName(name) => Some(name.to_string()),
-                    _ => None,
+                names.extend(san.general_names.iter().filter_map(|n| {
+                    match n {
+                        GeneralName::DNSName(name) => Some(name.to_string()),
+                        // An address is written as rcgen reads one (`127.0.0.1`), for a host the
+                        // API server calls by URL.
+                        GeneralName::IPAddress(bytes) => match bytes.len() {
+                            4 => <[u8; 4]>::try_from(*bytes)
+                                .ok()
+                                .map(|b| std::net::IpAddr::from(b).to_string()),
+                            16 => <[u8; 16]>::try_from(*bytes)
+                                .ok()
+                                .map(|b| std::net::IpAddr::from(b).to_string()),
+                            _ => None,
+                        },
+                        _ => None,
+                    }
                 }))
             }
             ParsedExtension::SubjectKeyIdentifier(id) => subject_key = Some(id.0.to_vec()),
@@ -599,5 +617,23 @@ mod tests {
         .expect("made")
         .expect("material");
         assert!(!format!("{made:?}").contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn a_short_lived_set_is_kept_until_its_renewal_time() {
+        let timing = Timing::short(Duration::from_secs(20));
+        let now = 1_800_000_000;
+        let made = perform(Step::Create, None, now, &timing, &names())
+            .expect("made")
+            .expect("some");
+        let f = facts(&made).expect("facts");
+        assert!(
+            matches!(
+                plan(now + 1, Some(&f), &timing, &names()),
+                Step::Keep { .. }
+            ),
+            "renewed at once"
+        );
+        assert_eq!(plan(now + 15, Some(&f), &timing, &names()), Step::RenewLeaf);
     }
 }

@@ -50,7 +50,16 @@ pub(super) fn metadata(metadata: &Metadata) -> Result<PluginMetadata, AnswerErro
         observes: kinds(&metadata.observes),
         config_schema: answers::config_schema(metadata.config_schema.as_deref())?,
         printer_columns: metadata.printer_columns.clone(),
+        versions: answers::api_versions(
+            metadata
+                .versions
+                .iter()
+                .map(|v| (v.name.clone(), v.config_schema.clone()))
+                .collect(),
+        )?,
     };
     answers::check_metadata(&checked)?;
+    let capabilities = metadata.capabilities.iter().copied().collect();
+    answers::check_convertible(&checked, &capabilities)?;
     Ok(checked)
 }

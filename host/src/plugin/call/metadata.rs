@@ -1,7 +1,8 @@
 //! `metadata.get`: the smoke test at load, and what the plugin says about itself
-//! ([`answers::check_metadata`]), its configuration schema made structural
-//! ([`answers::config_schema`]). A 0.1.0 plugin's `info` has neither schema nor printer
-//! columns ([`bindings::v0_1::Info`]).
+//! ([`answers::check_metadata`]), its configuration schemas made structural
+//! ([`answers::config_schema`], [`answers::api_versions`]). A 0.2.0 plugin's `info` lists no
+//! API versions ([`bindings::v0_2::Info`]); a 0.1.0 plugin's has neither schema nor printer
+//! columns either ([`bindings::v0_1::Info`]).
 
 use super::*;
 use crate::plugin::bindings;
@@ -26,8 +27,11 @@ impl CompiledPlugin {
             |store, instance| {
                 let get = &self.exports.metadata;
                 let metadata = match wit {
-                    WitVersion::V0_2 => instance
+                    WitVersion::V0_3 => instance
                         .get_typed_func::<(), (guest::metadata::Info,)>(&mut *store, get)
+                        .map(drop),
+                    WitVersion::V0_2 => instance
+                        .get_typed_func::<(), (bindings::v0_2::Info,)>(&mut *store, get)
                         .map(drop),
                     WitVersion::V0_1 => instance
                         .get_typed_func::<(), (bindings::v0_1::Info,)>(&mut *store, get)
@@ -44,7 +48,7 @@ impl CompiledPlugin {
                         return Ok(Err(format!(
                             "its {} does not have the types of {}: {err:#}",
                             wit.interface(capability.interface()),
-                            WitVersion::V0_2.interface(capability.interface())
+                            WitVersion::V0_3.interface(capability.interface())
                         )));
                     }
                 }
@@ -70,26 +74,23 @@ impl CompiledPlugin {
         let info = self.with_instance(engine, "metadata", limits, tags, 0, |store, instance| {
             let get = &self.exports.metadata;
             let info = match self.exports.wit {
-                WitVersion::V0_2 => {
+                WitVersion::V0_3 => {
                     let (info,) = instance
                         .get_typed_func::<(), (guest::metadata::Info,)>(&mut *store, get)?
                         .call(&mut *store, ())?;
                     info
                 }
+                WitVersion::V0_2 => {
+                    let (old,) = instance
+                        .get_typed_func::<(), (bindings::v0_2::Info,)>(&mut *store, get)?
+                        .call(&mut *store, ())?;
+                    old.into()
+                }
                 WitVersion::V0_1 => {
                     let (old,) = instance
                         .get_typed_func::<(), (bindings::v0_1::Info,)>(&mut *store, get)?
                         .call(&mut *store, ())?;
-                    guest::metadata::Info {
-                        name: old.name,
-                        version: old.version,
-                        description: old.description,
-                        capabilities: old.capabilities,
-                        owns: old.owns,
-                        observes: old.observes,
-                        config_schema: None,
-                        printer_columns: Vec::new(),
-                    }
+                    old.into()
                 }
             };
             Ok(info)
@@ -132,6 +133,12 @@ impl CompiledPlugin {
             .collect::<Result<_, CallError>>()?;
         let config_schema = answers::config_schema(info.config_schema.as_deref())
             .map_err(|err| self.bad("metadata", err))?;
+        let versions = info
+            .versions
+            .into_iter()
+            .map(|v| (v.name, v.config_schema))
+            .collect();
+        let versions = answers::api_versions(versions).map_err(|err| self.bad("metadata", err))?;
         let metadata = PluginMetadata {
             name: info.name,
             version: info.version,
@@ -140,8 +147,10 @@ impl CompiledPlugin {
             observes: info.observes.iter().map(kind).collect(),
             config_schema,
             printer_columns,
+            versions,
         };
         answers::check_metadata(&metadata).map_err(|err| self.bad("metadata", err))?;
+        answers::check_convertible(&metadata, &claimed).map_err(|err| self.bad("metadata", err))?;
         Ok((metadata, claimed))
     }
 }

@@ -1,7 +1,8 @@
 //! Evaluate: one call of one capability, in a fresh Store with its deadline and memory cap, and
 //! the checks on what comes back before anyone uses it: the rules of
-//! [`wasmop_core::answers`] (sizes, JSON shape, condition types...), which the SDK's `Fixture`
-//! applies too, held to this call's output cap.
+//! [`wasmop_core::answers`] (sizes, JSON shape, condition types...) and, for the webhooks'
+//! `validate` and `convert`, of [`wasmop_core::admission`], which the SDK's `Fixture` applies
+//! too, held to this call's output cap.
 //!
 //! The canonical ABI lets a guest return a list whose entries all point at the same bytes: a
 //! 64 MiB guest can return eight million entries aliasing one 4 MiB buffer, 32 TiB to copy. So
@@ -61,11 +62,13 @@ macro_rules! refused {
 
 // After the macro: `macro_rules!` is in scope only below its definition, submodules included.
 mod backup;
+mod convert;
 mod finalize;
 mod health;
 mod metadata;
 mod plan;
 mod upgrade;
+mod validate;
 
 /// One capability's call on a component: implemented in the capability's call file, for the
 /// decision core's call type, by calling its `CompiledPlugin::call_*`. How
@@ -124,7 +127,7 @@ impl Exports {
 
 /// Checks that `capability`'s function `func` of the component has the types the host calls it
 /// with (its call file's `Params` and `Results`): wasmtime compares them structurally, so a
-/// 0.1.0 export passes where its shape is 0.2.0's.
+/// 0.1.0 or 0.2.0 export passes where its shape is 0.3.0's.
 fn typecheck(
     store: &mut Store<CallState>,
     instance: &Instance,
@@ -146,6 +149,12 @@ fn typecheck(
             .map(drop),
         Capability::Finalize => instance
             .get_typed_func::<finalize::Params<'_>, finalize::Results>(store, func)
+            .map(drop),
+        Capability::Validate => instance
+            .get_typed_func::<validate::Params<'_>, validate::Results>(store, func)
+            .map(drop),
+        Capability::Convert => instance
+            .get_typed_func::<convert::Params<'_>, convert::Results>(store, func)
             .map(drop),
     }
 }

@@ -215,6 +215,7 @@ mod tests {
             observes: vec![],
             config_schema: None,
             printer_columns: vec![],
+            versions: vec![],
         };
         let digest = Digest::of(b"component");
         let world = ComponentWorld {

@@ -1,5 +1,7 @@
 //! A plugin that misbehaves on request, to prove the host's sandbox: each fault must become its
-//! own specific error, within its deadline, without touching other plugins.
+//! own specific error, within its deadline, without touching other plugins. Its `validate` and
+//! `convert` misanswer as an instance's `spec.fault` says, to prove the host's checks on the
+//! webhooks' answers.
 
 // The aliasing modes build Strings that share one buffer, which only unsafe code can do.
 #![allow(unsafe_code)]
@@ -10,10 +12,12 @@ use std::{
 };
 
 use wasmop_sdk::wit::{
-    base::exports::wasmop::plugin::metadata::{self, Capability, Info, KindRef},
+    base::exports::wasmop::plugin::metadata::{self, ApiVersion, Capability, Info, KindRef},
+    convert::exports::wasmop::plugin::convert,
     spec_diff::exports::wasmop::plugin::spec_diff::{
         self, Desired, ErrorKind, PlanInput, PluginError,
     },
+    validate::exports::wasmop::plugin::validate,
 };
 
 struct Fault;
@@ -58,7 +62,11 @@ impl metadata::Guest for Fault {
             name: "fault".into(),
             version: "0.1.0".into(),
             description: "misbehaves on request".into(),
-            capabilities: vec![Capability::SpecDiff],
+            capabilities: vec![
+                Capability::SpecDiff,
+                Capability::Validate,
+                Capability::Convert,
+            ],
             // Hostile: it declares every kind it may plan, so that what stops its attacks is
             // the guard's rules, not the declaration.
             owns: [
@@ -88,7 +96,63 @@ impl metadata::Guest for Fault {
                 json_path: ".spec.fault".into(),
                 description: "The fault it commits".into(),
             }],
+            // Two versions to convert between, free-form.
+            versions: ["v1alpha1", "v1"]
+                .into_iter()
+                .map(|name| ApiVersion {
+                    name: name.into(),
+                    config_schema: None,
+                })
+                .collect(),
         }
+    }
+}
+
+/// The fault a webhook's call commits: an instance's `spec.fault`, or none.
+fn instance_fault(object: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(object)
+        .ok()
+        .and_then(|o| o.pointer("/spec/fault")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl validate::Guest for Fault {
+    fn validate(
+        input: validate::ValidateInput,
+    ) -> Result<validate::Verdict, validate::PluginError> {
+        let refused = |field: &str| validate::Violation {
+            field: field.into(),
+            message: "refused on purpose".into(),
+        };
+        let (violations, warnings) = match instance_fault(&input.object).as_str() {
+            "refuse" => (vec![refused("spec.fault")], vec!["warned".to_string()]),
+            // An escape sequence for the user's terminal.
+            "escape" => (vec![], vec!["\u{1b}[2Jcleared".to_string()]),
+            "violations" => ((0..65).map(|_| refused("spec.fault")).collect(), vec![]),
+            _ => (vec![], vec![]),
+        };
+        Ok(validate::Verdict {
+            violations,
+            warnings,
+        })
+    }
+}
+
+impl convert::Guest for Fault {
+    fn convert(input: convert::ConvertInput) -> Result<String, convert::PluginError> {
+        let mut object: serde_json::Value =
+            serde_json::from_str(&input.object).map_err(|err| convert::PluginError {
+                kind: convert::ErrorKind::InvalidInput,
+                message: err.to_string(),
+                field: None,
+            })?;
+        object["apiVersion"] = input.desired_api_version.into();
+        match instance_fault(&input.object).as_str() {
+            "uid" => object["metadata"]["uid"] = "someone-else".into(),
+            "labels" => object["metadata"]["labels"]["converted"] = "yes".into(),
+            _ => {}
+        }
+        Ok(object.to_string())
     }
 }
 
@@ -359,3 +423,5 @@ fn attack(mode: &str) -> String {
 
 wasmop_sdk::wit::base::export!(Fault with_types_in wasmop_sdk::wit::base);
 wasmop_sdk::wit::spec_diff::export!(Fault with_types_in wasmop_sdk::wit::spec_diff);
+wasmop_sdk::wit::validate::export!(Fault with_types_in wasmop_sdk::wit::validate);
+wasmop_sdk::wit::convert::export!(Fault with_types_in wasmop_sdk::wit::convert);

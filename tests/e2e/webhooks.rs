@@ -1,0 +1,415 @@
+//! Admission and conversion by plugins (issue 41), through the real API server: the host serves
+//! the hello plugin's `validate` and `convert` for a kind bound to it (`Greeting`), with
+//! certificates it makes itself. `kubectl apply` of an instance the plugin refuses fails with the
+//! plugin's field path and message; its warnings reach `kubectl`; the host's own writes
+//! (finalizers, status) are never held; with the host down a `Fail` webhook blocks writes of that kind only;
+//! deleting the binding removes its configuration and the CRD's conversion; a `v1alpha1`
+//! instance is stored and served as `v1` through the plugin; certificates rotate (CA included)
+//! under a stream of admission calls that never fails.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::{
+    api::{admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Secret},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api,
+    api::{DeleteParams, PostParams},
+};
+use serde_json::json;
+use wasmop_host::binding::PluginBinding;
+
+use crate::{
+    apps::Host,
+    bound::{Cleanup, binding, bound_kind_with, instances_of, valid, wait_ready},
+    harness::{Local, TestNamespace, component, kubectl, run, unique, wait_for},
+};
+use wasmop_host::plugin::source::oci::OciSource;
+
+/// The kind `Greeting` of this run (`<id>.e2e.example.com`) for the hello plugin, with the
+/// CRD's versions `versions` (`plugin crd --version`), hello pushed as an image, and a binding
+/// `id` of it for the host of `ns`, created; the group, the cleanup and the bindings API.
+async fn greeting_kind(
+    local: &Local,
+    id: &str,
+    ns: &str,
+    versions: &[&str],
+) -> anyhow::Result<(String, Cleanup, Api<PluginBinding>)> {
+    let (group, cleanup) =
+        bound_kind_with(local, id, "hello.wasm", "Greeting", &[id], versions).await?;
+    let image = format!("{}/e2e/{}:1.0", local.registry, unique("hello"));
+    OciSource::new(None, vec![])?
+        .push_unchecked(&image, &component("hello.wasm")?)
+        .await?;
+    let mut greeting = binding(id, ns, &group, &image)?;
+    greeting.spec.kind.kind = "Greeting".into();
+    let bindings: Api<PluginBinding> = Api::all(local.client().await?);
+    bindings.create(&PostParams::default(), &greeting).await?;
+    Ok((group, cleanup, bindings))
+}
+
+/// The host's arguments for webhooks on a port of its own, certificates in `secret`.
+fn webhook_args(secret: &str) -> Vec<String> {
+    vec![
+        "--webhook-listen".into(),
+        "127.0.0.1:0".into(),
+        "--webhook-secret".into(),
+        secret.into(),
+    ]
+}
+
+/// `kubectl apply -f` of `object` (JSON): whether it succeeded and what kubectl said.
+async fn apply(local: &Local, object: &serde_json::Value) -> anyhow::Result<(bool, String)> {
+    let file = std::env::temp_dir().join(format!("{}.json", unique("apply")));
+    std::fs::write(&file, serde_json::to_vec(object)?)?;
+    let mut command = kubectl(local)?;
+    command.args(["apply", "-f"]).arg(&file);
+    let result = run(command).await;
+    let _ = std::fs::remove_file(&file);
+    result
+}
+
+/// The configuration of binding `name` once it is there with a `caBundle`.
+async fn configuration(
+    api: &Api<ValidatingWebhookConfiguration>,
+    name: &str,
+) -> anyhow::Result<ValidatingWebhookConfiguration> {
+    wait_for(
+        &format!("ValidatingWebhookConfiguration wasmop.{name}"),
+        Duration::from_secs(60),
+        || async {
+            Ok(api.get_opt(&format!("wasmop.{name}")).await?.filter(|c| {
+                c.webhooks
+                    .iter()
+                    .flatten()
+                    .all(|w| w.client_config.ca_bundle.is_some())
+            }))
+        },
+    )
+    .await
+}
+
+/// A `Greeting` of `group` named `name` with `spec`.
+fn instance(group: &str, ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Greeting",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+}
+
+#[tokio::test]
+async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_waits_for_the_host()
+-> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-webhooks").await?;
+    let id = unique("admit");
+    let secret = unique("wasmop-webhook-tls");
+    let args = webhook_args(&secret);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+
+    // The configuration: the binding's, with the CA the host keeps in its Secret.
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let config = configuration(&configs, &id).await?;
+    let webhook = config
+        .webhooks
+        .as_ref()
+        .and_then(|w| w.first())
+        .context("one webhook")?;
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(webhook.timeout_seconds, Some(5));
+    let stored: Secret = Api::namespaced(client.clone(), "default")
+        .get(&secret)
+        .await?;
+    let bundle = stored
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .context("ca.crt")?;
+    assert_eq!(webhook.client_config.ca_bundle.as_ref(), Some(bundle));
+    assert_eq!(
+        config
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .map(|o| o.name.as_str()),
+        Some(id.as_str())
+    );
+
+    // A name that cannot name the Service hello plans: refused, in the plugin's words.
+    let spec = json!({"version": "1.0.0", "message": "hi", "replicas": 4});
+    let (ok, said) = apply(&local, &instance(&group, &ns.name, "9lives", spec.clone())).await?;
+    assert!(!ok, "{said}");
+    assert!(said.contains("denied the request"), "{said}");
+    assert!(said.contains("metadata.name"), "{said}");
+    assert!(said.contains("DNS-1035 label"), "{said}");
+    assert!(said.contains("refused by plugin hello"), "{said}");
+
+    // A good one is admitted and served: the host's own writes (finalizer, status) pass.
+    let (ok, said) = apply(&local, &instance(&group, &ns.name, "greeter", spec)).await?;
+    assert!(ok, "{said}");
+    wait_ready(&local, &ns.name, &format!("greetings.{group}/greeter")).await?;
+
+    // An update the plugin warns about goes through, with its warning shown.
+    let (ok, said) = apply(
+        &local,
+        &instance(
+            &group,
+            &ns.name,
+            "greeter",
+            json!({"version": "1.0.0", "message": "hi", "replicas": 1}),
+        ),
+    )
+    .await?;
+    assert!(ok, "{said}");
+    assert!(said.contains("Warning: scaling from 4 to 1"), "{said}");
+
+    // The host down, under `Fail`: writes of this kind fail, naming the webhook; other kinds
+    // in the namespace, and deletes of this kind, go on.
+    host.kill().await?;
+    let (ok, said) = apply(
+        &local,
+        &instance(
+            &group,
+            &ns.name,
+            "later",
+            json!({"version": "1.0.0", "message": "hi", "replicas": 1}),
+        ),
+    )
+    .await?;
+    assert!(!ok, "{said}");
+    assert!(said.contains("failed calling webhook"), "{said}");
+    let (ok, said) = apply(
+        &local,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "other", "namespace": ns.name}, "data": {"a": "b"}}),
+    )
+    .await?;
+    assert!(ok, "another kind: {said}");
+    let instances = instances_of(&client, &ns.name, &group, "Greeting");
+    instances
+        .delete("greeter", &DeleteParams::default())
+        .await?;
+
+    // A host again: the instance's deletion finishes; then the binding goes, and its
+    // configuration with it.
+    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    wait_for("the instance to go", Duration::from_secs(60), || async {
+        Ok(instances.get_opt("greeter").await?.is_none().then_some(()))
+    })
+    .await?;
+    bindings.delete(&id, &DeleteParams::default()).await?;
+    wait_for(
+        "the configuration to go with its binding",
+        Duration::from_secs(60),
+        || async {
+            Ok(configs
+                .get_opt(&format!("wasmop.{id}"))
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete(&secret, &DeleteParams::default())
+        .await;
+    ns.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() -> anyhow::Result<()>
+{
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-convert").await?;
+    let id = unique("convert");
+    let secret = unique("wasmop-webhook-tls");
+    let args = webhook_args(&secret);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let (group, _cleanup, bindings) = greeting_kind(
+        &local,
+        &id,
+        &ns.name,
+        &["--version", "v1alpha1,v1", "--storage", "v1"],
+    )
+    .await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd_name = format!("greetings.{group}");
+    wait_for("the CRD's conversion", Duration::from_secs(60), || async {
+        let crd = crds.get(&crd_name).await?;
+        Ok(crd
+            .spec
+            .conversion
+            .filter(|c| c.strategy == "Webhook")
+            .map(drop))
+    })
+    .await?;
+
+    // Written as v1alpha1 (the text as `text`), stored as v1 (`message`), served in both.
+    let (ok, said) = apply(
+        &local,
+        &json!({
+            "apiVersion": format!("{group}/v1alpha1"), "kind": "Greeting",
+            "metadata": {"name": "old", "namespace": ns.name},
+            "spec": {"version": "1.0.0", "text": "old words", "replicas": 1},
+        }),
+    )
+    .await?;
+    assert!(ok, "{said}");
+    let instances = instances_of(&client, &ns.name, &group, "Greeting");
+    let v1 = instances.get("old").await?;
+    assert_eq!(v1.data["spec"]["message"], "old words", "{:?}", v1.data);
+    assert!(v1.data["spec"].get("text").is_none(), "{:?}", v1.data);
+    let mut get = kubectl(&local)?;
+    get.args(["get", "-n", &ns.name, "-o", "json"])
+        .arg(format!("greetings.v1alpha1.{group}/old"));
+    let (ok, said) = run(get).await?;
+    assert!(ok, "{said}");
+    let old: serde_json::Value = serde_json::from_str(&said)?;
+    assert_eq!(old["spec"]["text"], "old words", "{said}");
+    wait_ready(&local, &ns.name, &format!("greetings.{group}/old")).await?;
+
+    // The binding gone, the CRD converts no more through the host.
+    instances.delete("old", &DeleteParams::default()).await?;
+    wait_for("the instance to go", Duration::from_secs(60), || async {
+        Ok(instances.get_opt("old").await?.is_none().then_some(()))
+    })
+    .await?;
+    bindings.delete(&id, &DeleteParams::default()).await?;
+    wait_for(
+        "the CRD's conversion to be None again",
+        Duration::from_secs(60),
+        || async {
+            let crd = crds.get(&crd_name).await?;
+            Ok(crd
+                .spec
+                .conversion
+                .filter(|c| c.strategy == "None")
+                .map(drop))
+        },
+    )
+    .await?;
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete(&secret, &DeleteParams::default())
+        .await;
+    ns.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -> anyhow::Result<()>
+{
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-rotate").await?;
+    let id = unique("rotate");
+    let secret = unique("wasmop-webhook-tls");
+    // A serving certificate of 20 s, renewed at 13 s; a CA of 60 s, rolled from 40 s on in
+    // steps 2 s apart.
+    let mut args = webhook_args(&secret);
+    args.extend(["--webhook-cert-lifetime".into(), "20s".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configuration(&configs, &id).await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let key = |s: &Secret, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
+    };
+    let first = secrets.get(&secret).await?;
+    let (first_ca, first_leaf) = (key(&first, "wasmop-ca.crt"), key(&first, "tls.crt"));
+
+    // Dry-run creates, back to back, until the CA has been replaced and its predecessor has
+    // left the bundle: every one is answered by the plugin (a refusal, in its words).
+    let refused = instance(
+        &group,
+        &ns.name,
+        "9lives",
+        json!({"version": "1.0.0", "message": "hi", "replicas": 1}),
+    );
+    let file = std::env::temp_dir().join(format!("{id}.json"));
+    std::fs::write(&file, serde_json::to_vec(&refused)?)?;
+    let started = std::time::Instant::now();
+    let (mut calls, mut leaves) = (0, std::collections::BTreeSet::new());
+    let rotated = loop {
+        let mut command = kubectl(&local)?;
+        command
+            .args(["create", "--dry-run=server", "-f"])
+            .arg(&file);
+        let (ok, said) = run(command).await?;
+        calls += 1;
+        anyhow::ensure!(
+            !ok && said.contains("metadata.name"),
+            "call {calls} after {:?} was not answered by the plugin: {said}",
+            started.elapsed()
+        );
+        let now = secrets.get(&secret).await?;
+        leaves.insert(key(&now, "tls.crt"));
+        if key(&now, "wasmop-ca.crt") != first_ca
+            && key(&now, "wasmop-previous-ca.crt").is_empty()
+            && key(&now, "wasmop-next-ca.crt").is_empty()
+        {
+            break true;
+        }
+        if started.elapsed() > Duration::from_secs(150) {
+            break false;
+        }
+    };
+    let _ = std::fs::remove_file(&file);
+    assert!(rotated, "the CA did not roll within 150 s ({calls} calls)");
+    // Renewed (about every 14 s, and at the CA switch), but not on every look.
+    assert!(
+        (2..=10).contains(&leaves.len())
+            && !leaves.contains(&Vec::new())
+            && leaves.iter().any(|l| *l != first_leaf),
+        "{} serving certificates in {:?}",
+        leaves.len(),
+        started.elapsed()
+    );
+    // The configuration comes to hold the new bundle, and only it.
+    let now = secrets.get(&secret).await?;
+    let bundle = key(&now, "ca.crt");
+    wait_for(
+        "the configuration's new bundle",
+        Duration::from_secs(30),
+        || async {
+            let config = configuration(&configs, &id).await?;
+            let held = config
+                .webhooks
+                .as_ref()
+                .and_then(|w| w.first())
+                .and_then(|w| w.client_config.ca_bundle.as_ref())
+                .map(|b| b.0.clone());
+            Ok((held.as_ref() == Some(&bundle)).then_some(()))
+        },
+    )
+    .await?;
+    eprintln!(
+        "rotation: {calls} admission calls over {:?}, {} serving certificates, none failed",
+        started.elapsed(),
+        leaves.len()
+    );
+    bindings.delete(&id, &DeleteParams::default()).await?;
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete(&secret, &DeleteParams::default())
+        .await;
+    ns.delete().await?;
+    Ok(())
+}
