@@ -1155,7 +1155,10 @@ async fn webhook_refusals(
         "metadata": {"name": crd_name, "labels": {"team": "data"}},
         "spec": {
             "group": group, "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "names": {
+                "plural": "widgets", "singular": "widget", "kind": "Widget",
+                "categories": ["wasmop"],
+            },
             "versions": [{
                 "name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {
@@ -1183,6 +1186,35 @@ async fn webhook_refusals(
             anyhow::bail!("the host's conversion (convert: {convert}) was refused: {message}");
         }
     }
+    // Its conversion through anything but the host's own Service: refused.
+    let elsewhere = Endpoint::Url("https://attacker.example".into());
+    let desired = desired_conversion(&crd_name, name, true, &elsewhere, None);
+    let message = dry_run_apply(&host, &desired, CONVERSION_MANAGER)
+        .await?
+        .context("the host's conversion through a URL was admitted")?;
+    assert!(
+        message.contains("may set the conversion only of a kind in the wasmop category"),
+        "{message}"
+    );
+    // The conversion of a kind outside the wasmop category (another operator's): refused.
+    let foreign_name = format!("things.{group}");
+    let mut foreign = crd.clone();
+    foreign["metadata"]["name"] = json!(foreign_name);
+    foreign["spec"]["names"] = json!({"plural": "things", "singular": "thing", "kind": "Thing"});
+    Api::<CustomResourceDefinition>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(foreign)?)
+        .await?;
+    let desired = desired_conversion(&foreign_name, name, true, &endpoint, None);
+    let refused = dry_run_apply(&host, &desired, CONVERSION_MANAGER).await?;
+    let _ = Api::<CustomResourceDefinition>::all(admin.clone())
+        .delete(&foreign_name, &Default::default())
+        .await;
+    let message =
+        refused.context("the host's conversion of another category's kind was admitted")?;
+    assert!(
+        message.contains(&format!("CustomResourceDefinition {foreign_name}: the wasmop host may set the conversion only of a kind in the wasmop category")),
+        "{message}"
+    );
     // Anything else of a CRD: refused, naming what would change (the host's own label passes).
     let changes = [
         (

@@ -413,3 +413,94 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
     ns.delete().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -> anyhow::Result<()>
+{
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-webhook-faults").await?;
+    let id = unique("wfault");
+    let secret = unique("wasmop-webhook-tls");
+    let args = webhook_args(&secret);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let (group, _cleanup) =
+        bound_kind_with(&local, &id, "fault_plugin.wasm", "Fault", &[&id], &[]).await?;
+    let image = format!("{}/e2e/{}:1.0", local.registry, unique("fault"));
+    OciSource::new(None, vec![])?
+        .push_unchecked(&image, &component("fault_plugin.wasm")?)
+        .await?;
+    let mut faulty = binding(&id, &ns.name, &group, &image)?;
+    faulty.spec.kind.kind = "Fault".into();
+    faulty.spec.admission = Some(serde_json::from_value(
+        json!({"failurePolicy": "Fail", "timeoutSeconds": 2}),
+    )?);
+    let bindings: Api<PluginBinding> = Api::all(client.clone());
+    bindings.create(&PostParams::default(), &faulty).await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configuration(&configs, &id).await?;
+    let fault = |name: &str, fault: &str| {
+        json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Fault",
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"version": "1.0.0", "fault": fault},
+        })
+    };
+
+    // Refused on purpose: the plugin's words. A trap, a deadline passed, an answer over the
+    // caps: no answer, which `Fail` makes a refusal naming the plugin and the cause.
+    let (ok, said) = apply(&local, &fault("refused", "refuse")).await?;
+    assert!(
+        !ok && said.contains("spec.fault: refused on purpose"),
+        "{said}"
+    );
+    for (name, cause) in [
+        ("trapped", "panic"),
+        ("spinning", "loop"),
+        ("verbose", "violations"),
+    ] {
+        let (ok, said) = apply(&local, &fault(name, cause)).await?;
+        assert!(!ok, "{cause}: {said}");
+        assert!(said.contains("failed calling webhook"), "{cause}: {said}");
+        assert!(
+            said.contains(&format!("PluginBinding {id}: plugin fault")),
+            "{cause}: {said}"
+        );
+        assert!(said.contains("could not validate"), "{cause}: {said}");
+    }
+
+    // Under `Ignore` the same write goes through.
+    let mut ignoring = bindings.get(&id).await?;
+    ignoring.spec.admission = Some(serde_json::from_value(json!({"failurePolicy": "Ignore"}))?);
+    bindings
+        .replace(&id, &PostParams::default(), &ignoring)
+        .await?;
+    wait_for(
+        "the configuration to ignore",
+        Duration::from_secs(60),
+        || async {
+            let config = configs.get(&format!("wasmop.{id}")).await?;
+            Ok(config
+                .webhooks
+                .as_ref()
+                .and_then(|w| w.first())
+                .filter(|w| w.failure_policy.as_deref() == Some("Ignore"))
+                .map(drop))
+        },
+    )
+    .await?;
+    let (ok, said) = apply(&local, &fault("trapped", "panic")).await?;
+    assert!(ok, "{said}");
+
+    let instances = instances_of(&client, &ns.name, &group, "Fault");
+    instances
+        .delete("trapped", &DeleteParams::default())
+        .await?;
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete(&secret, &DeleteParams::default())
+        .await;
+    ns.delete().await?;
+    Ok(())
+}

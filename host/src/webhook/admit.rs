@@ -17,7 +17,9 @@ use serde_json::Value;
 use wasmop_core::admission::{Operation, ValidateRequest, Verdict};
 
 use super::{
-    review::{ADMISSION_API_VERSION, AdmissionAnswer, AdmissionRequest, AdmissionReview, content},
+    review::{
+        ADMISSION_API_VERSION, AdmissionAnswer, AdmissionRequest, AdmissionReview, same_content,
+    },
     target::{Targets, exports},
 };
 use crate::{
@@ -43,9 +45,12 @@ impl Unanswered {
         }
     }
 
+    /// 500, not 503: the API server's client reports a 500's body ("an error on the server
+    /// (\"...\") has prevented the request from succeeding") but replaces a 503's with "the
+    /// server is currently unable to handle the request", which names no plugin and no cause.
     fn unavailable(message: impl Into<String>) -> Self {
         Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
+            status: StatusCode::INTERNAL_SERVER_ERROR,
             message: message.into(),
         }
     }
@@ -93,9 +98,7 @@ async fn answer(
     let kind = &binding.spec.kind;
     if request.kind.group != kind.group || request.kind.kind != kind.kind {
         return Err(Unanswered::bad_request(format!(
-            "a review of a {}.{} sent to the webhook of PluginBinding {name}, which binds {kind}: \
-             refused",
-            request.kind.kind, request.kind.group
+            "a review of another kind than PluginBinding {name}'s: refused"
         )));
     }
     let operation = match request.operation.as_str() {
@@ -121,15 +124,13 @@ async fn answer(
             serde_json::from_str::<Value>(raw.get())
                 .map_err(|err| Unanswered::bad_request(format!("object: {err}")))
         };
-        let new = parse(object)?;
-        let deleting = new
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null());
+        // Not "any write to an instance being deleted": its spec could then change unchecked,
+        // and finalization reads it. Removing a finalizer changes only metadata.
         let unchanged = match &request.old_object {
-            Some(old) => content(&parse(old)?) == content(&new),
+            Some(old) => same_content(&parse(old)?, &parse(object)?),
             None => false,
         };
-        if deleting || unchanged {
+        if unchanged {
             return Ok(AdmissionAnswer::allow());
         }
     }
@@ -166,21 +167,47 @@ async fn answer(
         plugin: label.clone(),
         app: format!("{}/{}", request.namespace, request.name),
     };
-    let verdict = loaded
-        .run(
-            "validate",
-            &request.namespace,
-            limits.memory_bytes,
-            move |plugin, engine| plugin.call_validate(engine, &limits, tags, &call),
-        )
-        .await
-        .map_err(|err| {
-            Unanswered::unavailable(format!(
-                "PluginBinding {name}: plugin {label} could not validate {} {}/{}: {err}",
-                kind.kind, request.namespace, request.name
-            ))
-        })?;
+    // The whole call, the wait for the memory budget included, within the API server's
+    // timeout: an answer it no longer waits for is worth nothing.
+    let timeout = Duration::from_secs(u64::try_from(settings.timeout_seconds()).unwrap_or(5));
+    let call = loaded.run(
+        "validate",
+        &request.namespace,
+        limits.memory_bytes,
+        move |plugin, engine| plugin.call_validate(engine, &limits, tags, &call),
+    );
+    let verdict = match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(|err| err.to_string()),
+        Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
+    }
+    .map_err(|err| {
+        Unanswered::unavailable(bounded(&format!(
+            "PluginBinding {name}: plugin {label} could not validate {} {}/{}: {err}",
+            kind.kind, request.namespace, request.name
+        )))
+    })?;
     Ok(answer_of(&verdict, &kind.kind, request, &label))
+}
+
+/// The most of an error message the host sends back or logs: a plugin's message or trap output
+/// can be long, and a reply body is shown whole to whoever ran `kubectl`.
+const MAX_MESSAGE: usize = 2048;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes and without control characters (a terminal's escape
+/// sequences), as status messages are.
+pub fn bounded(message: &str) -> String {
+    let clean: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if clean.len() <= MAX_MESSAGE {
+        return clean;
+    }
+    let mut end = MAX_MESSAGE;
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &clean[..end])
 }
 
 /// The answer a verdict gives: refused with every violation's field and message, or allowed;

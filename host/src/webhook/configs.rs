@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 use crate::binding::{AdmissionSettings, FailurePolicy, PluginBinding};
 
-/// The label naming the binding a configuration is for.
+/// The label naming the binding a configuration is for (see [`label_value`]).
 pub const BINDING_LABEL: &str = "wasmop.dev/binding";
 /// The label naming the binding a CRD's conversion is for.
 pub const CONVERSION_LABEL: &str = "wasmop.dev/conversion";
@@ -97,6 +97,17 @@ impl Endpoint {
         }
         config
     }
+}
+
+/// A binding's name as a label value: itself if it is one (63 characters at most), else cut
+/// with a hash of the whole (a binding's name may be 253 long; a label refused by the API
+/// server would fail every pass, and with it every CA step).
+pub fn label_value(binding: &str) -> String {
+    if binding.len() <= 63 {
+        return binding.to_string();
+    }
+    let hash = hex(&Sha256::digest(binding.as_bytes()))[..16].to_string();
+    format!("{}-{hash}", binding[..46].trim_end_matches(['.', '-']))
 }
 
 /// The path of the validating webhook of `binding`.
@@ -189,8 +200,8 @@ pub fn desired_validating(
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {
             "name": configuration_name(&name),
-            "labels": {"app.kubernetes.io/managed-by": "wasmop", BINDING_LABEL: name},
-            "annotations": {APPLIED: hash},
+            "labels": {"app.kubernetes.io/managed-by": "wasmop", BINDING_LABEL: label_value(&name)},
+            "annotations": {APPLIED: hash, BINDING_LABEL: name},
             "ownerReferences": [{
                 "apiVersion": "wasmop.dev/v1alpha1",
                 "kind": "PluginBinding",
@@ -224,7 +235,8 @@ pub fn desired_conversion(
     let hash = applied_hash(&conversion);
     let mut metadata = json!({"name": crd, "annotations": {APPLIED: hash}});
     if convert {
-        metadata["labels"] = json!({CONVERSION_LABEL: binding});
+        metadata["labels"] = json!({CONVERSION_LABEL: label_value(binding)});
+        metadata["annotations"][CONVERSION_LABEL] = json!(binding);
     }
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -272,8 +284,14 @@ impl Maintainer {
     }
 
     /// Brings the live configurations to what `wanted` asks, with `ca_bundle`. `selected` says
-    /// whether a binding of that name is this host's to serve (another host's
-    /// configurations are left alone); `known` whether a binding of that name exists at all.
+    /// whether a binding of that name is this host's to serve and not pending a check (another
+    /// host's configurations, and a binding's whose new generation is not checked yet, are left
+    /// alone); `known` whether a binding of that name exists at all.
+    ///
+    /// A CRD's conversion is set back to `None` only once its binding is gone (its finalizer
+    /// holds it while instances remain): a binding out of force, or a plugin version without
+    /// `convert`, leaves it calling the host, whose answer then fails the read (closed) rather
+    /// than the API server serve stored objects of another version unconverted.
     pub async fn pass(
         &self,
         wanted: &[Wanted],
@@ -284,7 +302,7 @@ impl Maintainer {
         let mut report = PassReport::default();
         self.validating(wanted, ca_bundle, &selected, &mut report)
             .await;
-        self.conversions(wanted, ca_bundle, &selected, &known, &mut report)
+        self.conversions(wanted, ca_bundle, &known, &mut report)
             .await;
         report
     }
@@ -311,7 +329,7 @@ impl Maintainer {
         };
         let live_of = |binding: &str| {
             live.iter()
-                .find(|c| c.labels().get(BINDING_LABEL).map(String::as_str) == Some(binding))
+                .find(|c| c.annotations().get(BINDING_LABEL).map(String::as_str) == Some(binding))
         };
         let mut keep = Vec::new();
         for w in wanted {
@@ -345,7 +363,8 @@ impl Maintainer {
             }
         }
         for config in &live {
-            let Some(binding) = config.labels().get(BINDING_LABEL) else {
+            // The whole name is in the annotation (the label may be cut).
+            let Some(binding) = config.annotations().get(BINDING_LABEL) else {
                 continue;
             };
             // A binding that is gone takes its configurations with it (owner reference); a
@@ -368,7 +387,6 @@ impl Maintainer {
         &self,
         wanted: &[Wanted],
         ca_bundle: Option<&str>,
-        selected: &impl Fn(&str) -> bool,
         known: &impl Fn(&str) -> bool,
         report: &mut PassReport,
     ) {
@@ -421,10 +439,10 @@ impl Maintainer {
         }
         for crd in &live {
             let name = crd.name_any();
-            let Some(binding) = crd.labels().get(CONVERSION_LABEL) else {
+            let Some(binding) = crd.annotations().get(CONVERSION_LABEL) else {
                 continue;
             };
-            if keep.contains(&name) || (known(binding) && !selected(binding)) {
+            if keep.contains(&name) || known(binding) {
                 continue;
             }
             let desired = desired_conversion(&name, binding, false, &self.endpoint, None);

@@ -66,7 +66,10 @@ pub async fn review(
         }
         Err(message) => Err(message),
     };
-    Ok(conversion_review(&request.uid, result))
+    Ok(conversion_review(
+        &request.uid,
+        result.map_err(|message| super::admit::bounded(&message)),
+    ))
 }
 
 async fn convert_all(

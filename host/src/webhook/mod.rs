@@ -321,6 +321,7 @@ async fn keep_configurations(
                             .iter()
                             .all(|(k, v)| labels.get(k) == Some(v))
                     })
+                    && !targets.pending(name)
             };
             let known = |name: &str| {
                 targets

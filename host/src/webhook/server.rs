@@ -8,6 +8,7 @@ use axum::{
     Router,
     body::Bytes,
     extract::{DefaultBodyLimit, Path, State},
+    http::StatusCode,
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -17,17 +18,32 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, histogram::Histogram},
     registry::Registry,
 };
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use super::{admit, conversion, target::Targets, tls::ServingCert};
 
-/// The largest review read: an object may be 3 MiB in etcd (1.5 MiB by default), an update's
-/// review carries two, a conversion a page of them.
-const MAX_BODY: usize = 32 << 20;
+/// The largest admission review read: an object is at most 1.5 MiB in etcd by default
+/// (`--max-request-bytes`), and an update's review carries two.
+const MAX_ADMISSION_BODY: usize = 8 << 20;
 
-/// How long a client may take over its TLS handshake.
+/// The largest conversion review read: a page of objects.
+const MAX_CONVERSION_BODY: usize = 32 << 20;
+
+/// Most connections served at once; more wait in the listener's backlog. The API server keeps
+/// a few per replica; anyone else who reaches the port must not be able to hold the host's
+/// memory with idle or slow connections.
+const MAX_CONNECTIONS: usize = 128;
+
+/// Most reviews worked on at once, each holding its body and parsed objects.
+const MAX_IN_FLIGHT: usize = 16;
+
+/// How long a client may take over its TLS handshake, and over a request's headers.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest a review is worked on: the API server waits 30 s at most (a conversion's fixed
+/// timeout; an admission's is the binding's, at most 30 s).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
@@ -85,15 +101,72 @@ impl WebhookMetrics {
 struct Shared {
     targets: Targets,
     metrics: WebhookMetrics,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Shared {
+    /// The metrics label of the path's binding: its name once it names a binding this host
+    /// serves, else `unknown` (a label per path anyone may send would grow without bound).
+    fn label(&self, binding: &str) -> String {
+        match self.targets.binding(binding) {
+            Ok(_) => binding.to_string(),
+            Err(_) => "unknown".to_string(),
+        }
+    }
 }
 
 /// The routes, for `targets`.
 fn router(targets: Targets, metrics: WebhookMetrics) -> Router {
     Router::new()
-        .route("/validate/{binding}", post(validate))
-        .route("/convert/{binding}", post(convert))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(Shared { targets, metrics })
+        .route(
+            "/validate/{binding}",
+            post(validate).layer(DefaultBodyLimit::max(MAX_ADMISSION_BODY)),
+        )
+        .route(
+            "/convert/{binding}",
+            post(convert).layer(DefaultBodyLimit::max(MAX_CONVERSION_BODY)),
+        )
+        .with_state(Shared {
+            targets,
+            metrics,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        })
+}
+
+/// What a review that was not answered sends back; logged at warn only when it is the host's
+/// or a plugin's failure, not a malformed request (anyone may send those).
+fn unanswered(webhook: &str, binding: &str, unanswered: admit::Unanswered) -> Response {
+    if unanswered.status.is_server_error() {
+        tracing::warn!(%webhook, %binding, error = %unanswered.message, "webhook review not answered");
+    } else {
+        tracing::debug!(%webhook, %binding, error = %unanswered.message, "webhook review refused");
+    }
+    (unanswered.status, unanswered.message).into_response()
+}
+
+/// `review` within [`REQUEST_TIMEOUT`], one of [`MAX_IN_FLIGHT`].
+async fn bounded_review(
+    shared: &Shared,
+    label: &str,
+    review: impl Future<Output = Result<serde_json::Value, admit::Unanswered>>,
+) -> Result<serde_json::Value, admit::Unanswered> {
+    let failed = |message: String| admit::Unanswered {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message,
+    };
+    let _permit = shared
+        .in_flight
+        .acquire()
+        .await
+        .map_err(|_| failed("the webhook server is stopping".into()))?;
+    tokio::time::timeout(REQUEST_TIMEOUT, review)
+        .await
+        .unwrap_or_else(|_| {
+            Err(failed(format!(
+                "PluginBinding {label}: no answer within {}s",
+                REQUEST_TIMEOUT.as_secs()
+            )))
+        })
 }
 
 async fn validate(
@@ -102,19 +175,18 @@ async fn validate(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    match admit::review(&shared.targets, &binding, &body).await {
+    let label = shared.label(&binding);
+    let review = admit::review(&shared.targets, &binding, &body);
+    match bounded_review(&shared, &label, review).await {
         Ok(review) => {
             let allowed = review["response"]["allowed"].as_bool().unwrap_or(false);
             let result = if allowed { "allowed" } else { "denied" };
-            shared.metrics.record("validate", &binding, result, started);
+            shared.metrics.record("validate", &label, result, started);
             axum::Json(review).into_response()
         }
-        Err(unanswered) => {
-            tracing::warn!(%binding, error = %unanswered.message, "validating webhook not answered");
-            shared
-                .metrics
-                .record("validate", &binding, "error", started);
-            (unanswered.status, unanswered.message).into_response()
+        Err(failed) => {
+            shared.metrics.record("validate", &label, "error", started);
+            unanswered("validate", &label, failed)
         }
     }
 }
@@ -125,19 +197,21 @@ async fn convert(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    match conversion::review(&shared.targets, &binding, &body).await {
+    let label = shared.label(&binding);
+    let review = conversion::review(&shared.targets, &binding, &body);
+    match bounded_review(&shared, &label, review).await {
         Ok(review) => {
             let ok = review["response"]["result"]["status"] == "Success";
             if !ok {
-                tracing::warn!(%binding, error = %review["response"]["result"]["message"], "conversion failed");
+                tracing::warn!(binding = %label, error = %review["response"]["result"]["message"], "conversion failed");
             }
             let result = if ok { "converted" } else { "failed" };
-            shared.metrics.record("convert", &binding, result, started);
+            shared.metrics.record("convert", &label, result, started);
             axum::Json(review).into_response()
         }
-        Err(unanswered) => {
-            shared.metrics.record("convert", &binding, "error", started);
-            (unanswered.status, unanswered.message).into_response()
+        Err(failed) => {
+            shared.metrics.record("convert", &label, "error", started);
+            unanswered("convert", &label, failed)
         }
     }
 }
@@ -157,7 +231,12 @@ pub async fn bind(
 }
 
 async fn serve(listener: TcpListener, acceptor: TlsAcceptor, router: Router) {
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A permit first: past the limit, new connections wait in the kernel's backlog.
+        let Ok(permit) = Arc::clone(&connections).acquire_owned().await else {
+            return;
+        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(err) => {
@@ -169,6 +248,7 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor, router: Router) {
         };
         let (acceptor, router) = (acceptor.clone(), router.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(err)) => {
@@ -178,7 +258,10 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor, router: Router) {
                 Err(_) => return,
             };
             let service = hyper_util::service::TowerToHyperService::new(router);
+            // hyper's header timeout needs a timer; without one it is off.
             if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT)
                 .serve_connection(TokioIo::new(tls), service)
                 .await
             {

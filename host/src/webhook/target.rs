@@ -33,17 +33,21 @@ pub struct Targets {
 }
 
 impl Targets {
-    /// The binding `name`, if this host serves it and it is in force.
+    /// The binding `name`, if this host serves it and it is in force. The reasons say nothing
+    /// of the binding (its kind, its status' words) beyond its name: anyone who reaches the port
+    /// may ask.
     pub fn binding(&self, name: &str) -> Result<Arc<PluginBinding>, String> {
+        let unknown = || "no webhook of this wasmop host at this path".to_string();
+        if name.len() > 253 {
+            return Err(unknown());
+        }
         let binding = self
             .bindings
             .get(&ObjectRef::new(name))
-            .ok_or_else(|| format!("PluginBinding {name} is not known to this wasmop host"))?;
+            .ok_or_else(unknown)?;
         let labels = binding.metadata.labels.clone().unwrap_or_default();
         if self.selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return Err(format!(
-                "PluginBinding {name} is not served by this wasmop host (--binding-selector)"
-            ));
+            return Err(unknown());
         }
         let status = binding.status.clone().unwrap_or_default();
         let valid = status.conditions.iter().find(|c| c.type_ == "Valid");
@@ -55,11 +59,26 @@ impl Targets {
                 Ok(binding)
             }
             Some(c) if c.status == "False" => Err(format!(
-                "PluginBinding {name} is not in force ({}: {})",
-                c.reason, c.message
+                "PluginBinding {name} is not in force (its status says why)"
             )),
             _ => Err(format!("PluginBinding {name} has not been checked yet")),
         }
+    }
+
+    /// Whether binding `name` exists and is this host's but its current generation has not been
+    /// checked yet (a spec just edited, a leader just started): its configurations stay as
+    /// they are until it has, rather than go and come back.
+    pub fn pending(&self, name: &str) -> bool {
+        let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
+            return false;
+        };
+        let labels = binding.metadata.labels.clone().unwrap_or_default();
+        if self.selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+            return false;
+        }
+        let status = binding.status.clone().unwrap_or_default();
+        status.observed_generation != binding.metadata.generation
+            || !status.conditions.iter().any(|c| c.type_ == "Valid")
     }
 
     /// The plugin version serving `binding` for an instance in `namespace`, waiting up to

@@ -129,6 +129,10 @@ impl validate::Guest for Fault {
             // An escape sequence for the user's terminal.
             "escape" => (vec![], vec!["\u{1b}[2Jcleared".to_string()]),
             "violations" => ((0..65).map(|_| refused("spec.fault")).collect(), vec![]),
+            "panic" => panic!("the fault plugin panics on purpose"),
+            "loop" => loop {
+                std::hint::spin_loop();
+            },
             _ => (vec![], vec![]),
         };
         Ok(validate::Verdict {
