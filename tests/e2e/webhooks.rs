@@ -279,6 +279,27 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
     let old: serde_json::Value = serde_json::from_str(&said)?;
     assert_eq!(old["spec"]["text"], "old words", "{said}");
     wait_ready(&local, &ns.name, &format!("greetings.{group}/old")).await?;
+    // And the other way: written as v1, read as v1alpha1 through the plugin.
+    let (ok, said) = apply(
+        &local,
+        &instance(
+            &group,
+            &ns.name,
+            "new",
+            json!({"version": "1.0.0", "message": "new words", "replicas": 1}),
+        ),
+    )
+    .await?;
+    assert!(ok, "{said}");
+    let mut get = kubectl(&local)?;
+    get.args(["get", "-n", &ns.name, "-o", "json"])
+        .arg(format!("greetings.v1alpha1.{group}/new"));
+    let (ok, said) = run(get).await?;
+    assert!(ok, "{said}");
+    let old: serde_json::Value = serde_json::from_str(&said)?;
+    assert_eq!(old["spec"]["text"], "new words", "{said}");
+    assert!(old["spec"].get("message").is_none(), "{said}");
+    instances.delete("new", &DeleteParams::default()).await?;
 
     // The binding gone, the CRD converts no more through the host.
     instances.delete("old", &DeleteParams::default()).await?;
@@ -501,6 +522,165 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
     let _ = Api::<Secret>::namespaced(client.clone(), "default")
         .delete(&secret, &DeleteParams::default())
         .await;
+    ns.delete().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_new_digest_s_rules_are_in_force_within_a_poll_without_a_restart() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-webhook-swap").await?;
+    let id = unique("wswap");
+    let secret = unique("wasmop-webhook-tls");
+    let args = webhook_args(&secret);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let pid = host.pid();
+    // The kind of the fault plugin, bound to a tag that first holds the fault plugin (whose
+    // validate refuses only `fault: refuse`), then hello (which refuses a name that cannot name
+    // a Service, and a configuration it cannot read).
+    let (group, _cleanup) =
+        bound_kind_with(&local, &id, "fault_plugin.wasm", "Fault", &[&id], &[]).await?;
+    let image = format!("{}/e2e/{}:1.0", local.registry, unique("swap"));
+    let oci = OciSource::new(None, vec![])?;
+    oci.push_unchecked(&image, &component("fault_plugin.wasm")?)
+        .await?;
+    let mut bound = binding(&id, &ns.name, &group, &image)?;
+    bound.spec.kind.kind = "Fault".into();
+    let bindings: Api<PluginBinding> = Api::all(client.clone());
+    bindings.create(&PostParams::default(), &bound).await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configuration(&configs, &id).await?;
+    let probe = json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Fault",
+        "metadata": {"name": "9lives", "namespace": ns.name},
+        "spec": {"version": "1.0.0", "fault": "none"},
+    });
+    let file = std::env::temp_dir().join(format!("{id}.json"));
+    std::fs::write(&file, serde_json::to_vec(&probe)?)?;
+    let dry_run = || -> anyhow::Result<std::process::Command> {
+        let mut command = kubectl(&local)?;
+        command
+            .args(["create", "--dry-run=server", "-f"])
+            .arg(&file);
+        Ok(command)
+    };
+    let (ok, said) = run(dry_run()?).await?;
+    assert!(ok, "the fault plugin admits it: {said}");
+
+    // hello behind the same tag: its rules answer within a poll (1 s here) and a load.
+    oci.push_unchecked(&image, &component("hello.wasm")?)
+        .await?;
+    let said = wait_for(
+        "the new digest's rules",
+        Duration::from_secs(60),
+        || async {
+            let (ok, said) = run(dry_run()?).await?;
+            Ok((!ok && said.contains("refused by plugin hello")).then_some(said))
+        },
+    )
+    .await?;
+    let _ = std::fs::remove_file(&file);
+    assert!(said.contains("denied the request"), "{said}");
+    assert_eq!(host.pid(), pid, "the same host process");
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete(&secret, &DeleteParams::default())
+        .await;
+    ns.delete().await?;
+    Ok(())
+}
+
+/// The address the host of `identity` serves its webhooks on, from its log.
+fn webhook_addr(identity: &str) -> anyhow::Result<Option<String>> {
+    let log = std::env::temp_dir().join(format!("{identity}-host.log"));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    Ok(text
+        .lines()
+        .find(|l| l.contains("serving the plugins' webhooks"))
+        .and_then(|l| l.split("addr=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|a| a.trim_matches('"').to_string()))
+}
+
+#[tokio::test]
+async fn a_standby_answers_too_with_the_leaders_certificate() -> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-webhook-replicas").await?;
+    let id = unique("wrepl");
+    let secret = unique("wasmop-webhook-tls");
+    let mut args = webhook_args(&secret);
+    args.extend([
+        "--leader-elect".into(),
+        "--lease-namespace".into(),
+        ns.name.clone(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (leader, standby) = (format!("{id}-a"), format!("{id}-b"));
+    let _first = Host::start_with(&local, &ns.name, &args, &leader).await?;
+    let _second = Host::start_with(&local, &ns.name, &args, &standby).await?;
+    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configuration(&configs, &id).await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let ca = secrets
+        .get(&secret)
+        .await?
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .context("ca.crt")?;
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca.0)?)
+        .build()?;
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": group, "version": "v1", "kind": "Greeting"},
+            "resource": {"group": group, "version": "v1", "resource": "greetings"},
+            "name": "9lives", "namespace": ns.name, "operation": "CREATE",
+            "object": instance(&group, &ns.name, "9lives",
+                json!({"version": "1.0.0", "message": "hi", "replicas": 1})),
+        },
+    });
+    // Each replica, the standby too, answers from the plugin, over the Secret's certificate.
+    for identity in [&leader, &standby] {
+        let addr = wait_for(
+            &format!("{identity}'s webhook address"),
+            Duration::from_secs(30),
+            || async { webhook_addr(identity) },
+        )
+        .await?;
+        let answer: serde_json::Value = wait_for(
+            &format!("{identity}'s answer"),
+            Duration::from_secs(30),
+            || async {
+                let sent = http
+                    .post(format!("https://{addr}/validate/{id}"))
+                    .json(&review)
+                    .send()
+                    .await;
+                Ok(match sent {
+                    Ok(r) if r.status().is_success() => Some(r.json().await?),
+                    _ => None,
+                })
+            },
+        )
+        .await?;
+        assert_eq!(answer["response"]["uid"], "u-1", "{identity}: {answer}");
+        assert_eq!(answer["response"]["allowed"], false, "{identity}: {answer}");
+        assert!(
+            answer["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("metadata.name")),
+            "{identity}: {answer}"
+        );
+    }
+    bindings.delete(&id, &DeleteParams::default()).await?;
+    let _ = secrets.delete(&secret, &DeleteParams::default()).await;
     ns.delete().await?;
     Ok(())
 }

@@ -210,11 +210,15 @@ async fn keep_certificates(
         .max(Duration::from_millis(200));
     let mut failing = false;
     loop {
-        let found: Result<(String, String, Option<String>), String> = match &settings.cert_dir {
+        // The serving certificate, its key, the bundle to publish, and (of the host's own) the
+        // CA that issued it.
+        type Found = (String, String, Option<String>, Option<String>);
+        let leads = *leading.borrow();
+        let found: Result<Found, String> = match &settings.cert_dir {
             Some(dir) => CertDir::read(dir)
-                .map(|d| (d.cert_pem, d.key_pem, d.ca_pem))
+                .map(|d| (d.cert_pem, d.key_pem, d.ca_pem, None))
                 .map_err(|err| format!("--webhook-cert-dir {}: {err}", dir.display())),
-            None if *leading.borrow() => {
+            None if leads => {
                 let now = chrono::Utc::now().timestamp();
                 let published = published.borrow().clone();
                 match store::maintain(
@@ -235,6 +239,7 @@ async fn keep_certificates(
                             material.leaf.cert_pem.clone(),
                             material.leaf.key_pem.clone(),
                             Some(material.ca_bundle()),
+                            Some(material.ca.cert_pem.clone()),
                         ))
                     }
                     Err(err) => Err(err.to_string()),
@@ -245,6 +250,7 @@ async fn keep_certificates(
                     material.leaf.cert_pem.clone(),
                     material.leaf.key_pem.clone(),
                     Some(material.ca_bundle()),
+                    None,
                 )),
                 Ok((None, _)) => Err(format!(
                     "Secret {}/{} holds no certificates yet (the leader makes them)",
@@ -254,8 +260,23 @@ async fn keep_certificates(
             },
         };
         match found {
-            Ok((cert, key, ca)) => {
-                match serving.set(&cert, &key) {
+            Ok((cert, key, ca, issuer)) => {
+                // A certificate of a CA no configuration holds yet (the Secret was made anew:
+                // deleted, edited, or its CA expired) waits for the leader's next pass, the
+                // certificate served until then stays: calls keep working meanwhile.
+                let unpublished = leads
+                    && serving.is_loaded()
+                    && issuer.is_some_and(|ca| {
+                        !published
+                            .borrow()
+                            .as_deref()
+                            .is_some_and(|b| b.contains(ca.trim()))
+                    });
+                match if unpublished {
+                    Ok(false)
+                } else {
+                    serving.set(&cert, &key)
+                } {
                     Ok(true) => tracing::info!("serving a new webhook certificate"),
                     Ok(false) => {}
                     Err(err) => {
