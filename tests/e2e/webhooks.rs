@@ -50,14 +50,52 @@ async fn greeting_kind(
     Ok((group, cleanup, bindings))
 }
 
-/// The host's arguments for webhooks on a port of its own, certificates in `secret`.
-fn webhook_args(secret: &str) -> Vec<String> {
-    vec![
-        "--webhook-listen".into(),
-        "127.0.0.1:0".into(),
-        "--webhook-secret".into(),
-        secret.into(),
-    ]
+/// One test's setting: its namespace, a name unique to the run (its kind's group, its binding,
+/// its host's identity), and the Secret its hosts keep their certificates in (in `default`: each
+/// test has its own, so that a short-lived one rotates for its test alone).
+struct Setting {
+    local: Local,
+    client: kube::Client,
+    ns: TestNamespace,
+    id: String,
+    secret: String,
+}
+
+impl Setting {
+    /// A namespace named after `ns_prefix` and a name after `id_prefix`.
+    async fn new(ns_prefix: &str, id_prefix: &str) -> anyhow::Result<Self> {
+        let local = Local::discover()?;
+        let client = local.client().await?;
+        let ns = TestNamespace::create(&client, ns_prefix).await?;
+        Ok(Self {
+            local,
+            client,
+            ns,
+            id: unique(id_prefix),
+            secret: unique("wasmop-webhook-tls"),
+        })
+    }
+
+    /// A host for the namespace as `identity`, serving webhooks on a port of its own with the
+    /// setting's Secret, and `extra` arguments.
+    async fn host(&self, identity: &str, extra: &[&str]) -> anyhow::Result<Host> {
+        let mut args = vec![
+            "--webhook-listen",
+            "127.0.0.1:0",
+            "--webhook-secret",
+            self.secret.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        Host::start_with(&self.local, &self.ns.name, &args, identity).await
+    }
+
+    /// Deletes the Secret and the namespace (a test that fails leaves both to look at).
+    async fn finish(self) -> anyhow::Result<()> {
+        let _ = Api::<Secret>::namespaced(self.client.clone(), "default")
+            .delete(&self.secret, &DeleteParams::default())
+            .await;
+        self.ns.delete().await
+    }
 }
 
 /// `kubectl apply -f` of `object` (JSON): whether it succeeded and what kubectl said.
@@ -103,20 +141,15 @@ fn instance(group: &str, ns: &str, name: &str, spec: serde_json::Value) -> serde
 #[tokio::test]
 async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_waits_for_the_host()
 -> anyhow::Result<()> {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-webhooks").await?;
-    let id = unique("admit");
-    let secret = unique("wasmop-webhook-tls");
-    let args = webhook_args(&secret);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let host = Host::start_with(&local, &ns.name, &args, &id).await?;
-    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let setting = Setting::new("e2e-webhooks", "admit").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let host = setting.host(id, &[]).await?;
+    let (group, _cleanup, bindings) = greeting_kind(local, id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, id).await?.0, "True");
 
     // The configuration: the binding's, with the CA the host keeps in its Secret.
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let config = configuration(&configs, &id).await?;
+    let config = configuration(&configs, id).await?;
     let webhook = config
         .webhooks
         .as_ref()
@@ -125,7 +158,7 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
     assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
     assert_eq!(webhook.timeout_seconds, Some(5));
     let stored: Secret = Api::namespaced(client.clone(), "default")
-        .get(&secret)
+        .get(&setting.secret)
         .await?;
     let bundle = stored
         .data
@@ -145,7 +178,7 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
 
     // A name that cannot name the Service hello plans: refused, in the plugin's words.
     let spec = json!({"version": "1.0.0", "message": "hi", "replicas": 4});
-    let (ok, said) = apply(&local, &instance(&group, &ns.name, "9lives", spec.clone())).await?;
+    let (ok, said) = apply(local, &instance(&group, &ns.name, "9lives", spec.clone())).await?;
     assert!(!ok, "{said}");
     assert!(said.contains("denied the request"), "{said}");
     assert!(said.contains("metadata.name"), "{said}");
@@ -153,13 +186,13 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
     assert!(said.contains("refused by plugin hello"), "{said}");
 
     // A good one is admitted and served: the host's own writes (finalizer, status) pass.
-    let (ok, said) = apply(&local, &instance(&group, &ns.name, "greeter", spec)).await?;
+    let (ok, said) = apply(local, &instance(&group, &ns.name, "greeter", spec)).await?;
     assert!(ok, "{said}");
-    wait_ready(&local, &ns.name, &format!("greetings.{group}/greeter")).await?;
+    wait_ready(local, &ns.name, &format!("greetings.{group}/greeter")).await?;
 
     // An update the plugin warns about goes through, with its warning shown.
     let (ok, said) = apply(
-        &local,
+        local,
         &instance(
             &group,
             &ns.name,
@@ -175,7 +208,7 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
     // in the namespace, and deletes of this kind, go on.
     host.kill().await?;
     let (ok, said) = apply(
-        &local,
+        local,
         &instance(
             &group,
             &ns.name,
@@ -187,25 +220,25 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
     assert!(!ok, "{said}");
     assert!(said.contains("failed calling webhook"), "{said}");
     let (ok, said) = apply(
-        &local,
+        local,
         &json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "other", "namespace": ns.name}, "data": {"a": "b"}}),
     )
     .await?;
     assert!(ok, "another kind: {said}");
-    let instances = instances_of(&client, &ns.name, &group, "Greeting");
+    let instances = instances_of(client, &ns.name, &group, "Greeting");
     instances
         .delete("greeter", &DeleteParams::default())
         .await?;
 
     // A host again: the instance's deletion finishes; then the binding goes, and its
     // configuration with it.
-    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let _host = setting.host(id, &[]).await?;
     wait_for("the instance to go", Duration::from_secs(60), || async {
         Ok(instances.get_opt("greeter").await?.is_none().then_some(()))
     })
     .await?;
-    bindings.delete(&id, &DeleteParams::default()).await?;
+    bindings.delete(id, &DeleteParams::default()).await?;
     wait_for(
         "the configuration to go with its binding",
         Duration::from_secs(60),
@@ -218,32 +251,23 @@ async fn a_write_the_plugin_refuses_fails_with_its_words_and_only_that_kind_wait
         },
     )
     .await?;
-    let _ = Api::<Secret>::namespaced(client.clone(), "default")
-        .delete(&secret, &DeleteParams::default())
-        .await;
-    ns.delete().await?;
-    Ok(())
+    setting.finish().await
 }
 
 #[tokio::test]
 async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() -> anyhow::Result<()>
 {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-convert").await?;
-    let id = unique("convert");
-    let secret = unique("wasmop-webhook-tls");
-    let args = webhook_args(&secret);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let setting = Setting::new("e2e-convert", "convert").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let _host = setting.host(id, &[]).await?;
     let (group, _cleanup, bindings) = greeting_kind(
-        &local,
-        &id,
+        local,
+        id,
         &ns.name,
         &["--version", "v1alpha1,v1", "--storage", "v1"],
     )
     .await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    assert_eq!(valid(&bindings, id).await?.0, "True");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd_name = format!("greetings.{group}");
     wait_for("the CRD's conversion", Duration::from_secs(60), || async {
@@ -258,7 +282,7 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
 
     // Written as v1alpha1 (the text as `text`), stored as v1 (`message`), served in both.
     let (ok, said) = apply(
-        &local,
+        local,
         &json!({
             "apiVersion": format!("{group}/v1alpha1"), "kind": "Greeting",
             "metadata": {"name": "old", "namespace": ns.name},
@@ -267,21 +291,21 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
     )
     .await?;
     assert!(ok, "{said}");
-    let instances = instances_of(&client, &ns.name, &group, "Greeting");
+    let instances = instances_of(client, &ns.name, &group, "Greeting");
     let v1 = instances.get("old").await?;
     assert_eq!(v1.data["spec"]["message"], "old words", "{:?}", v1.data);
     assert!(v1.data["spec"].get("text").is_none(), "{:?}", v1.data);
-    let mut get = kubectl(&local)?;
+    let mut get = kubectl(local)?;
     get.args(["get", "-n", &ns.name, "-o", "json"])
         .arg(format!("greetings.v1alpha1.{group}/old"));
     let (ok, said) = run(get).await?;
     assert!(ok, "{said}");
     let old: serde_json::Value = serde_json::from_str(&said)?;
     assert_eq!(old["spec"]["text"], "old words", "{said}");
-    wait_ready(&local, &ns.name, &format!("greetings.{group}/old")).await?;
+    wait_ready(local, &ns.name, &format!("greetings.{group}/old")).await?;
     // And the other way: written as v1, read as v1alpha1 through the plugin.
     let (ok, said) = apply(
-        &local,
+        local,
         &instance(
             &group,
             &ns.name,
@@ -291,7 +315,7 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
     )
     .await?;
     assert!(ok, "{said}");
-    let mut get = kubectl(&local)?;
+    let mut get = kubectl(local)?;
     get.args(["get", "-n", &ns.name, "-o", "json"])
         .arg(format!("greetings.v1alpha1.{group}/new"));
     let (ok, said) = run(get).await?;
@@ -307,7 +331,7 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
         Ok(instances.get_opt("old").await?.is_none().then_some(()))
     })
     .await?;
-    bindings.delete(&id, &DeleteParams::default()).await?;
+    bindings.delete(id, &DeleteParams::default()).await?;
     wait_for(
         "the CRD's conversion to be None again",
         Duration::from_secs(60),
@@ -321,31 +345,23 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
         },
     )
     .await?;
-    let _ = Api::<Secret>::namespaced(client.clone(), "default")
-        .delete(&secret, &DeleteParams::default())
-        .await;
-    ns.delete().await?;
-    Ok(())
+    setting.finish().await
 }
 
 #[tokio::test]
 async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -> anyhow::Result<()>
 {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-rotate").await?;
-    let id = unique("rotate");
-    let secret = unique("wasmop-webhook-tls");
+    let setting = Setting::new("e2e-rotate", "rotate").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
     // A serving certificate of 20 s, renewed at 13 s; a CA of 60 s, rolled from 40 s on in
     // steps 2 s apart.
-    let mut args = webhook_args(&secret);
-    args.extend(["--webhook-cert-lifetime".into(), "20s".into()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
-    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let _host = setting
+        .host(id, &["--webhook-cert-lifetime", "20s"])
+        .await?;
+    let (group, _cleanup, bindings) = greeting_kind(local, id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, id).await?.0, "True");
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    configuration(&configs, &id).await?;
+    configuration(&configs, id).await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let key = |s: &Secret, k: &str| {
         s.data
@@ -354,7 +370,7 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
             .map(|b| b.0.clone())
             .unwrap_or_default()
     };
-    let first = secrets.get(&secret).await?;
+    let first = secrets.get(&setting.secret).await?;
     let (first_ca, first_leaf) = (key(&first, "wasmop-ca.crt"), key(&first, "tls.crt"));
 
     // Dry-run creates, back to back, until the CA has been replaced and its predecessor has
@@ -370,7 +386,7 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
     let started = std::time::Instant::now();
     let (mut calls, mut leaves) = (0, std::collections::BTreeSet::new());
     let rotated = loop {
-        let mut command = kubectl(&local)?;
+        let mut command = kubectl(local)?;
         command
             .args(["create", "--dry-run=server", "-f"])
             .arg(&file);
@@ -381,7 +397,7 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
             "call {calls} after {:?} was not answered by the plugin: {said}",
             started.elapsed()
         );
-        let now = secrets.get(&secret).await?;
+        let now = secrets.get(&setting.secret).await?;
         leaves.insert(key(&now, "tls.crt"));
         if key(&now, "wasmop-ca.crt") != first_ca
             && key(&now, "wasmop-previous-ca.crt").is_empty()
@@ -405,13 +421,13 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
         started.elapsed()
     );
     // The configuration comes to hold the new bundle, and only it.
-    let now = secrets.get(&secret).await?;
+    let now = secrets.get(&setting.secret).await?;
     let bundle = key(&now, "ca.crt");
     wait_for(
         "the configuration's new bundle",
         Duration::from_secs(30),
         || async {
-            let config = configuration(&configs, &id).await?;
+            let config = configuration(&configs, id).await?;
             let held = config
                 .webhooks
                 .as_ref()
@@ -427,41 +443,32 @@ async fn certificates_rotate_ca_included_while_every_admission_call_succeeds() -
         started.elapsed(),
         leaves.len()
     );
-    bindings.delete(&id, &DeleteParams::default()).await?;
-    let _ = Api::<Secret>::namespaced(client.clone(), "default")
-        .delete(&secret, &DeleteParams::default())
-        .await;
-    ns.delete().await?;
-    Ok(())
+    bindings.delete(id, &DeleteParams::default()).await?;
+    setting.finish().await
 }
 
 #[tokio::test]
 async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -> anyhow::Result<()>
 {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-webhook-faults").await?;
-    let id = unique("wfault");
-    let secret = unique("wasmop-webhook-tls");
-    let args = webhook_args(&secret);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let setting = Setting::new("e2e-webhook-faults", "wfault").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let _host = setting.host(id, &[]).await?;
     let (group, _cleanup) =
-        bound_kind_with(&local, &id, "fault_plugin.wasm", "Fault", &[&id], &[]).await?;
+        bound_kind_with(local, id, "fault_plugin.wasm", "Fault", &[id], &[]).await?;
     let image = format!("{}/e2e/{}:1.0", local.registry, unique("fault"));
     OciSource::new(None, vec![])?
         .push_unchecked(&image, &component("fault_plugin.wasm")?)
         .await?;
-    let mut faulty = binding(&id, &ns.name, &group, &image)?;
+    let mut faulty = binding(id, &ns.name, &group, &image)?;
     faulty.spec.kind.kind = "Fault".into();
     faulty.spec.admission = Some(serde_json::from_value(
         json!({"failurePolicy": "Fail", "timeoutSeconds": 2}),
     )?);
     let bindings: Api<PluginBinding> = Api::all(client.clone());
     bindings.create(&PostParams::default(), &faulty).await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    assert_eq!(valid(&bindings, id).await?.0, "True");
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    configuration(&configs, &id).await?;
+    configuration(&configs, id).await?;
     let fault = |name: &str, fault: &str| {
         json!({
             "apiVersion": format!("{group}/v1"), "kind": "Fault",
@@ -472,7 +479,7 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
 
     // Refused on purpose: the plugin's words. A trap, a deadline passed, an answer over the
     // caps: no answer, which `Fail` makes a refusal naming the plugin and the cause.
-    let (ok, said) = apply(&local, &fault("refused", "refuse")).await?;
+    let (ok, said) = apply(local, &fault("refused", "refuse")).await?;
     assert!(
         !ok && said.contains("spec.fault: refused on purpose"),
         "{said}"
@@ -482,7 +489,7 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
         ("spinning", "loop"),
         ("verbose", "violations"),
     ] {
-        let (ok, said) = apply(&local, &fault(name, cause)).await?;
+        let (ok, said) = apply(local, &fault(name, cause)).await?;
         assert!(!ok, "{cause}: {said}");
         assert!(said.contains("failed calling webhook"), "{cause}: {said}");
         assert!(
@@ -493,10 +500,10 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
     }
 
     // Under `Ignore` the same write goes through.
-    let mut ignoring = bindings.get(&id).await?;
+    let mut ignoring = bindings.get(id).await?;
     ignoring.spec.admission = Some(serde_json::from_value(json!({"failurePolicy": "Ignore"}))?);
     bindings
-        .replace(&id, &PostParams::default(), &ignoring)
+        .replace(id, &PostParams::default(), &ignoring)
         .await?;
     wait_for(
         "the configuration to ignore",
@@ -512,47 +519,38 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
         },
     )
     .await?;
-    let (ok, said) = apply(&local, &fault("trapped", "panic")).await?;
+    let (ok, said) = apply(local, &fault("trapped", "panic")).await?;
     assert!(ok, "{said}");
 
-    let instances = instances_of(&client, &ns.name, &group, "Fault");
+    let instances = instances_of(client, &ns.name, &group, "Fault");
     instances
         .delete("trapped", &DeleteParams::default())
         .await?;
-    let _ = Api::<Secret>::namespaced(client.clone(), "default")
-        .delete(&secret, &DeleteParams::default())
-        .await;
-    ns.delete().await?;
-    Ok(())
+    setting.finish().await
 }
 
 #[tokio::test]
 async fn a_new_digest_s_rules_are_in_force_within_a_poll_without_a_restart() -> anyhow::Result<()> {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-webhook-swap").await?;
-    let id = unique("wswap");
-    let secret = unique("wasmop-webhook-tls");
-    let args = webhook_args(&secret);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let host = Host::start_with(&local, &ns.name, &args, &id).await?;
+    let setting = Setting::new("e2e-webhook-swap", "wswap").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let host = setting.host(id, &[]).await?;
     let pid = host.pid();
     // The kind of the fault plugin, bound to a tag that first holds the fault plugin (whose
     // validate refuses only `fault: refuse`), then hello (which refuses a name that cannot name
     // a Service, and a configuration it cannot read).
     let (group, _cleanup) =
-        bound_kind_with(&local, &id, "fault_plugin.wasm", "Fault", &[&id], &[]).await?;
+        bound_kind_with(local, id, "fault_plugin.wasm", "Fault", &[id], &[]).await?;
     let image = format!("{}/e2e/{}:1.0", local.registry, unique("swap"));
     let oci = OciSource::new(None, vec![])?;
     oci.push_unchecked(&image, &component("fault_plugin.wasm")?)
         .await?;
-    let mut bound = binding(&id, &ns.name, &group, &image)?;
+    let mut bound = binding(id, &ns.name, &group, &image)?;
     bound.spec.kind.kind = "Fault".into();
     let bindings: Api<PluginBinding> = Api::all(client.clone());
     bindings.create(&PostParams::default(), &bound).await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    assert_eq!(valid(&bindings, id).await?.0, "True");
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    configuration(&configs, &id).await?;
+    configuration(&configs, id).await?;
     let probe = json!({
         "apiVersion": format!("{group}/v1"), "kind": "Fault",
         "metadata": {"name": "9lives", "namespace": ns.name},
@@ -561,7 +559,7 @@ async fn a_new_digest_s_rules_are_in_force_within_a_poll_without_a_restart() -> 
     let file = std::env::temp_dir().join(format!("{id}.json"));
     std::fs::write(&file, serde_json::to_vec(&probe)?)?;
     let dry_run = || -> anyhow::Result<std::process::Command> {
-        let mut command = kubectl(&local)?;
+        let mut command = kubectl(local)?;
         command
             .args(["create", "--dry-run=server", "-f"])
             .arg(&file);
@@ -585,11 +583,7 @@ async fn a_new_digest_s_rules_are_in_force_within_a_poll_without_a_restart() -> 
     let _ = std::fs::remove_file(&file);
     assert!(said.contains("denied the request"), "{said}");
     assert_eq!(host.pid(), pid, "the same host process");
-    let _ = Api::<Secret>::namespaced(client.clone(), "default")
-        .delete(&secret, &DeleteParams::default())
-        .await;
-    ns.delete().await?;
-    Ok(())
+    setting.finish().await
 }
 
 /// The address the host of `identity` serves its webhooks on, from its log.
@@ -606,28 +600,19 @@ fn webhook_addr(identity: &str) -> anyhow::Result<Option<String>> {
 
 #[tokio::test]
 async fn a_standby_answers_too_with_the_leaders_certificate() -> anyhow::Result<()> {
-    let local = Local::discover()?;
-    let client = local.client().await?;
-    let ns = TestNamespace::create(&client, "e2e-webhook-replicas").await?;
-    let id = unique("wrepl");
-    let secret = unique("wasmop-webhook-tls");
-    let mut args = webhook_args(&secret);
-    args.extend([
-        "--leader-elect".into(),
-        "--lease-namespace".into(),
-        ns.name.clone(),
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let setting = Setting::new("e2e-webhook-replicas", "wrepl").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let elected = ["--leader-elect", "--lease-namespace", ns.name.as_str()];
     let (leader, standby) = (format!("{id}-a"), format!("{id}-b"));
-    let _first = Host::start_with(&local, &ns.name, &args, &leader).await?;
-    let _second = Host::start_with(&local, &ns.name, &args, &standby).await?;
-    let (group, _cleanup, bindings) = greeting_kind(&local, &id, &ns.name, &[]).await?;
-    assert_eq!(valid(&bindings, &id).await?.0, "True");
+    let _first = setting.host(&leader, &elected).await?;
+    let _second = setting.host(&standby, &elected).await?;
+    let (group, _cleanup, bindings) = greeting_kind(local, id, &ns.name, &[]).await?;
+    assert_eq!(valid(&bindings, id).await?.0, "True");
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    configuration(&configs, &id).await?;
+    configuration(&configs, id).await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let ca = secrets
-        .get(&secret)
+        .get(&setting.secret)
         .await?
         .data
         .and_then(|d| d.get("ca.crt").cloned())
@@ -679,8 +664,6 @@ async fn a_standby_answers_too_with_the_leaders_certificate() -> anyhow::Result<
             "{identity}: {answer}"
         );
     }
-    bindings.delete(&id, &DeleteParams::default()).await?;
-    let _ = secrets.delete(&secret, &DeleteParams::default()).await;
-    ns.delete().await?;
-    Ok(())
+    bindings.delete(id, &DeleteParams::default()).await?;
+    setting.finish().await
 }

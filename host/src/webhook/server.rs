@@ -144,29 +144,45 @@ fn unanswered(webhook: &str, binding: &str, unanswered: admit::Unanswered) -> Re
     (unanswered.status, unanswered.message).into_response()
 }
 
-/// `review` within [`REQUEST_TIMEOUT`], one of [`MAX_IN_FLIGHT`].
-async fn bounded_review(
+/// Answers one review of `webhook` for the path's `binding`: `review` within
+/// [`REQUEST_TIMEOUT`], one of [`MAX_IN_FLIGHT`], its result (`outcome` names an answered one)
+/// counted under the binding's label.
+async fn answer(
     shared: &Shared,
-    label: &str,
+    webhook: &'static str,
+    binding: &str,
     review: impl Future<Output = Result<serde_json::Value, admit::Unanswered>>,
-) -> Result<serde_json::Value, admit::Unanswered> {
+    outcome: fn(&serde_json::Value) -> &'static str,
+) -> Response {
+    let started = Instant::now();
+    let label = shared.label(binding);
     let failed = |message: String| admit::Unanswered {
         status: StatusCode::INTERNAL_SERVER_ERROR,
         message,
     };
-    let _permit = shared
-        .in_flight
-        .acquire()
-        .await
-        .map_err(|_| failed("the webhook server is stopping".into()))?;
-    tokio::time::timeout(REQUEST_TIMEOUT, review)
-        .await
-        .unwrap_or_else(|_| {
-            Err(failed(format!(
-                "PluginBinding {label}: no answer within {}s",
-                REQUEST_TIMEOUT.as_secs()
-            )))
-        })
+    let answered = match shared.in_flight.acquire().await {
+        Ok(_permit) => tokio::time::timeout(REQUEST_TIMEOUT, review)
+            .await
+            .unwrap_or_else(|_| {
+                Err(failed(format!(
+                    "PluginBinding {label}: no answer within {}s",
+                    REQUEST_TIMEOUT.as_secs()
+                )))
+            }),
+        Err(_) => Err(failed("the webhook server is stopping".into())),
+    };
+    match answered {
+        Ok(review) => {
+            shared
+                .metrics
+                .record(webhook, &label, outcome(&review), started);
+            axum::Json(review).into_response()
+        }
+        Err(failed) => {
+            shared.metrics.record(webhook, &label, "error", started);
+            unanswered(webhook, &label, failed)
+        }
+    }
 }
 
 async fn validate(
@@ -174,21 +190,18 @@ async fn validate(
     Path(binding): Path<String>,
     body: Bytes,
 ) -> Response {
-    let started = Instant::now();
-    let label = shared.label(&binding);
     let review = admit::review(&shared.targets, &binding, &body);
-    match bounded_review(&shared, &label, review).await {
-        Ok(review) => {
-            let allowed = review["response"]["allowed"].as_bool().unwrap_or(false);
-            let result = if allowed { "allowed" } else { "denied" };
-            shared.metrics.record("validate", &label, result, started);
-            axum::Json(review).into_response()
-        }
-        Err(failed) => {
-            shared.metrics.record("validate", &label, "error", started);
-            unanswered("validate", &label, failed)
-        }
-    }
+    answer(
+        &shared,
+        "validate",
+        &binding,
+        review,
+        |review| match review["response"]["allowed"].as_bool() {
+            Some(true) => "allowed",
+            _ => "denied",
+        },
+    )
+    .await
 }
 
 async fn convert(
@@ -196,24 +209,16 @@ async fn convert(
     Path(binding): Path<String>,
     body: Bytes,
 ) -> Response {
-    let started = Instant::now();
-    let label = shared.label(&binding);
     let review = conversion::review(&shared.targets, &binding, &body);
-    match bounded_review(&shared, &label, review).await {
-        Ok(review) => {
-            let ok = review["response"]["result"]["status"] == "Success";
-            if !ok {
-                tracing::warn!(binding = %label, error = %review["response"]["result"]["message"], "conversion failed");
-            }
-            let result = if ok { "converted" } else { "failed" };
-            shared.metrics.record("convert", &label, result, started);
-            axum::Json(review).into_response()
+    answer(&shared, "convert", &binding, review, |review| {
+        let result = &review["response"]["result"];
+        if result["status"] == "Success" {
+            return "converted";
         }
-        Err(failed) => {
-            shared.metrics.record("convert", &label, "error", started);
-            unanswered("convert", &label, failed)
-        }
-    }
+        tracing::warn!(error = %result["message"], "conversion failed");
+        "failed"
+    })
+    .await
 }
 
 /// Binds `addr`; the returned future serves until dropped.
