@@ -394,49 +394,6 @@ async fn set_hello(client: &Client, ns: &str, file: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Restarts of control-plane components the soak does not fault, by component.
-type Restarts = Arc<Mutex<BTreeMap<String, usize>>>;
-
-/// Does what the kubelet does for a real control plane's static pods: every 5 s, starts
-/// kube-scheduler, kube-controller-manager or kwok again if it exited (kube-scheduler exits
-/// by design when it finds its cache inconsistent, which API server restarts provoke), and
-/// counts each restart.
-fn supervise_controllers(restarts: Restarts) -> tokio::task::JoinHandle<()> {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/cluster.sh");
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let Ok(status) = tokio::process::Command::new(&script)
-                .arg("status")
-                .output()
-                .await
-            else {
-                continue;
-            };
-            let stopped: Vec<String> = String::from_utf8_lossy(&status.stdout)
-                .lines()
-                .filter_map(|line| line.strip_suffix(" stopped"))
-                .map(|name| name.trim().to_string())
-                .filter(|name| {
-                    ["kube-scheduler", "kube-controller-manager", "kwok"].contains(&name.as_str())
-                })
-                .collect();
-            if stopped.is_empty() {
-                continue;
-            }
-            let started = crate::faults::cluster(&["start", "kube-scheduler"]).await;
-            if started.is_ok()
-                && let Ok(mut restarts) = restarts.lock()
-            {
-                for name in stopped {
-                    *restarts.entry(name).or_default() += 1;
-                }
-            }
-        }
-    })
-}
-
 /// Every backup Job seen while the soak runs: Job uid -> (App uid, slot).
 type SeenJobs = Arc<Mutex<BTreeMap<String, (String, String)>>>;
 
@@ -549,8 +506,8 @@ async fn soak() -> anyhow::Result<()> {
     ];
     let seen: SeenJobs = Arc::default();
     let recorder = record_backup_jobs(Api::namespaced(client.clone(), &ns.name), seen.clone());
-    let restarts: Restarts = Arc::default();
-    let supervisor = supervise_controllers(restarts.clone());
+    let restarts: crate::faults::Restarts = Arc::default();
+    let supervisor = crate::faults::supervise_controllers(restarts.clone());
 
     let mut soak = Soak {
         local,
