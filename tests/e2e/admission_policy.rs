@@ -429,6 +429,11 @@ fn probe_rights(
                 "verbs": ["create", "patch", "delete"],
             },
             {
+                "apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions/status"],
+                "verbs": ["patch"],
+            },
+            {
                 "apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
                 "verbs": ["create", "patch", "delete"],
@@ -456,6 +461,9 @@ impl ClusterObjects {
         let params = DeleteParams::default();
         let _ = Api::<CustomResourceDefinition>::all(self.client.clone())
             .delete(&format!("widgets.{}", widget_group(&self.name)), &params)
+            .await;
+        let _ = Api::<CustomResourceDefinition>::all(self.client.clone())
+            .delete(&format!("sprockets.{}", widget_group(&self.name)), &params)
             .await;
         for config in [format!("wasmop.{}", self.name), self.name.clone()] {
             let _ = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
@@ -1103,6 +1111,121 @@ async fn dry_run_patch(
     refusal(result, &format!("{kind} {name}"))
 }
 
+/// `status.storedVersions` of a kind the host converts (a CRD of `group` in the wasmop category,
+/// its conversion the Service `wasmop-webhook` of `system`, storing v1 after v1alpha1): the
+/// host may drop v1alpha1 (as it does once every object is stored at v1), not the storage
+/// version, not any other field of the status, and nothing once the conversion is not its own.
+async fn stored_versions_refusals(
+    admin: &Client,
+    host: &Client,
+    group: &str,
+    system: &str,
+) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let name = format!("sprockets.{group}");
+    let version = |v: &str, storage: bool| {
+        json!({
+            "name": v, "served": true, "storage": storage,
+            "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            }},
+        })
+    };
+    let mut crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {
+                "plural": "sprockets", "singular": "sprocket", "kind": "Sprocket",
+                "categories": ["wasmop"],
+            },
+            "versions": [version("v1alpha1", true), version("v1", false)],
+        },
+    });
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(crd.clone())?,
+    )
+    .await?;
+    // The storage version moves to v1, the conversion through the host's Service.
+    crd["spec"]["versions"] = json!([version("v1alpha1", false), version("v1", true)]);
+    crd["spec"]["conversion"] = json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {
+                "namespace": system, "name": "wasmop-webhook", "path": format!("/convert/{name}"),
+            }},
+        },
+    });
+    crds.patch(
+        &name,
+        &PatchParams::apply("wasmop-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let stored = crds
+        .get(&name)
+        .await?
+        .status
+        .and_then(|s| s.stored_versions);
+    assert_eq!(stored, Some(vec!["v1alpha1".into(), "v1".into()]));
+
+    if let Some(message) =
+        dry_run_patch_crd_status(host, &name, json!({"storedVersions": ["v1"]})).await?
+    {
+        anyhow::bail!("the host's drop of v1alpha1 from storedVersions was refused: {message}");
+    }
+    let message = dry_run_patch_crd_status(host, &name, json!({"storedVersions": ["v1alpha1"]}))
+        .await?
+        .context("the host's drop of the storage version from storedVersions was admitted")?;
+    assert!(
+        message.contains(&format!(
+            "CustomResourceDefinition {name}: the wasmop host may only drop versions from \
+             status.storedVersions of a kind in the wasmop category that it converts, keeping the \
+             storage version, not set [v1alpha1, v1] to [v1alpha1]"
+        )),
+        "{message}"
+    );
+    let accepted = json!({"acceptedNames": {"plural": "sprockets", "kind": "Cog"}});
+    let message = dry_run_patch_crd_status(host, &name, accepted)
+        .await?
+        .context("the host's change of status.acceptedNames was admitted")?;
+    assert!(message.contains("not status.acceptedNames"), "{message}");
+    // The conversion no longer the host's: its stored versions are not the host's either.
+    crd["spec"]["conversion"] = json!({"strategy": "None"});
+    crds.patch(
+        &name,
+        &PatchParams::apply("wasmop-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let refused = dry_run_patch_crd_status(host, &name, json!({"storedVersions": ["v1"]})).await?;
+    let _ = crds.delete(&name, &Default::default()).await;
+    let message =
+        refused.context("the host's drop of a stored version of a kind it does not convert")?;
+    assert!(message.contains("may only drop versions"), "{message}");
+    Ok(())
+}
+
+/// [`dry_run_patch`] of the status of a CRD.
+async fn dry_run_patch_crd_status(
+    client: &Client,
+    name: &str,
+    status: Value,
+) -> anyhow::Result<Option<String>> {
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let result = Api::<CustomResourceDefinition>::all(client.clone())
+        .patch_status(name, &params, &Patch::Merge(json!({"status": status})))
+        .await
+        .map(|_| ());
+    refusal(result, &format!("CustomResourceDefinition {name}"))
+}
+
 /// [`dry_run_patch`] of a server-side apply of `object` (cluster-scoped, named in it) as the
 /// host applies it: as field manager `manager`, forced.
 async fn dry_run_apply(
@@ -1265,12 +1388,14 @@ async fn webhook_refusals(
         assert!(
             message.contains(&format!(
                 "CustomResourceDefinition {crd_name}: the wasmop host may change only \
-                 spec.conversion and wasmop.dev/ labels and annotations, {want}"
+                 spec.conversion, status.storedVersions and wasmop.dev/ labels and annotations, \
+                 {want}"
             )),
             "{message}"
         );
         assert!(!message.contains("wasmop.dev/conversion"), "{message}");
     }
+    stored_versions_refusals(admin, &host, &group, system).await?;
     let mut another = crd.clone();
     another["metadata"]["name"] = json!(format!("gadgets.{group}"));
     another["spec"]["names"] = json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget"});

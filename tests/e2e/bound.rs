@@ -201,6 +201,22 @@ pub(crate) async fn bound_kind_with(
         crd: crd_name.clone(),
         role: format!("wasmop-{crd_name}"),
     };
+    apply_crd(local, id, component, kind, extra).await?;
+    Ok((group, cleanup))
+}
+
+/// `wasmop plugin crd COMPONENT --group <id>.e2e.example.com --kind KIND EXTRA...` applied
+/// (server-side, as `wasmop-e2e`), and the CRD Established: the first time, or again with other
+/// versions.
+pub(crate) async fn apply_crd(
+    local: &Local,
+    id: &str,
+    component: &str,
+    kind: &str,
+    extra: &[&str],
+) -> anyhow::Result<()> {
+    let group = format!("{id}.e2e.example.com");
+    let crd_name = format!("{}s.{group}", kind.to_ascii_lowercase());
     let plugin = crate::harness::component_path(component)?;
     let out = Command::new(wasmop_binary()?)
         .args(["plugin", "crd"])
@@ -235,7 +251,7 @@ pub(crate) async fn bound_kind_with(
         ],
     )
     .await?;
-    Ok((group, cleanup))
+    Ok(())
 }
 
 /// The API of `group`'s `KVStore` instances in `namespace`.

@@ -34,6 +34,9 @@ pub struct Local {
     /// The API server's URL as `cluster.sh` wrote it (`https://127.0.0.1:PORT`); a kubeconfig
     /// naming any other server is refused before a request is sent.
     api_server: String,
+    /// etcd's client URL (`http://127.0.0.1:PORT`), for a test that checks what is stored;
+    /// `None` from an env file of an older `cluster.sh`.
+    etcd: Option<String>,
 }
 
 fn repo_root() -> PathBuf {
@@ -94,10 +97,24 @@ impl Local {
                 env_file.display()
             );
         }
+        let etcd = file.get("WASMOP_ETCD").map(|v| v.to_string());
+        if let Some(url) = &etcd {
+            let host = url
+                .trim_start_matches("http://")
+                .rsplit_once(':')
+                .map_or(url.as_str(), |(h, _)| h);
+            if !is_loopback_host(host) {
+                bail!(
+                    "refusing etcd {url} from {}: the tests use only the local etcd on loopback",
+                    env_file.display()
+                );
+            }
+        }
         Ok(Self {
             kubeconfig: PathBuf::from(var("KUBECONFIG")?),
             registry,
             api_server: var("WASMOP_APISERVER")?,
+            etcd,
         })
     }
 
@@ -120,7 +137,34 @@ impl Local {
             kubeconfig,
             registry: self.registry.clone(),
             api_server: self.api_server.clone(),
+            etcd: self.etcd.clone(),
         }
+    }
+
+    /// What etcd holds under `key` (a value the API server stored as JSON, as it stores custom
+    /// resources), read through etcd's JSON gateway; `None` when nothing is there.
+    pub async fn etcd_get(&self, key: &str) -> anyhow::Result<Option<serde_json::Value>> {
+        use base64::Engine;
+        let url = self
+            .etcd
+            .as_deref()
+            .context("WASMOP_ETCD is not in the env file: restart the local cluster")?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let answer: serde_json::Value = reqwest::Client::new()
+            .post(format!("{url}/v3/kv/range"))
+            .json(&serde_json::json!({"key": b64.encode(key)}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let Some(value) = answer["kvs"][0]["value"].as_str() else {
+            return Ok(None);
+        };
+        let bytes = b64.decode(value).context("etcd's value is not base64")?;
+        Ok(Some(serde_json::from_slice(&bytes).with_context(|| {
+            format!("etcd's value at {key} is not JSON")
+        })?))
     }
 
     /// The local API server's URL, `https://127.0.0.1:PORT`.

@@ -4,7 +4,8 @@
 //! plugin's field path and message; its warnings reach `kubectl`; the host's own writes
 //! (finalizers, status) are never held; with the host down a `Fail` webhook blocks writes of that kind only;
 //! deleting the binding removes its configuration and the CRD's conversion; a `v1alpha1`
-//! instance is stored and served as `v1` through the plugin; certificates rotate (CA included)
+//! instance is stored and served as `v1` through the plugin; when the storage version moves,
+//! every object is stored anew at it and the old version can leave the CRD; certificates rotate (CA included)
 //! under a stream of admission calls that never fails.
 
 use std::time::Duration;
@@ -23,7 +24,7 @@ use wasmop_host::binding::PluginBinding;
 
 use crate::{
     apps::Host,
-    bound::{Cleanup, binding, bound_kind_with, instances_of, valid, wait_ready},
+    bound::{Cleanup, apply_crd, binding, bound_kind_with, instances_of, valid, wait_ready},
     harness::{Local, TestNamespace, component, kubectl, run, unique, wait_for},
 };
 use wasmop_host::plugin::source::oci::OciSource;
@@ -345,6 +346,116 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
         },
     )
     .await?;
+    setting.finish().await
+}
+
+/// A kind whose CRD moves its storage version from v1alpha1 to v1 (the platform team applies
+/// `plugin crd --storage v1` over it): the leader stores every object written before anew, through
+/// the plugin (etcd then holds v1, the field renamed), sets `status.storedVersions` to `[v1]`,
+/// and the team can drop v1alpha1 from the CRD, which the API server refuses while an object may
+/// still be stored at it; every object reads as it was written.
+#[tokio::test]
+async fn a_moved_storage_version_has_every_object_stored_anew_and_the_old_version_can_go()
+-> anyhow::Result<()> {
+    let setting = Setting::new("e2e-migrate", "migrate").await?;
+    let (local, client, ns, id) = (&setting.local, &setting.client, &setting.ns, &setting.id);
+    let _host = setting.host(id, &[]).await?;
+    let both = ["--version", "v1alpha1,v1", "--storage"];
+    let (group, _cleanup, bindings) = greeting_kind(
+        local,
+        id,
+        &ns.name,
+        &[both.as_slice(), &["v1alpha1"]].concat(),
+    )
+    .await?;
+    assert_eq!(valid(&bindings, id).await?.0, "True");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd_name = format!("greetings.{group}");
+    wait_for("the CRD's conversion", Duration::from_secs(60), || async {
+        let crd = crds.get(&crd_name).await?;
+        Ok(crd
+            .spec
+            .conversion
+            .filter(|c| c.strategy == "Webhook")
+            .map(drop))
+    })
+    .await?;
+    let names = ["one", "two", "three"];
+    for name in names {
+        let (ok, said) = apply(
+            local,
+            &json!({
+                "apiVersion": format!("{group}/v1alpha1"), "kind": "Greeting",
+                "metadata": {"name": name, "namespace": ns.name},
+                "spec": {"version": "1.0.0", "text": format!("{name} words"), "replicas": 1},
+            }),
+        )
+        .await?;
+        assert!(ok, "{said}");
+    }
+    let stored = |name: &str| {
+        let key = format!("/registry/{group}/greetings/{}/{name}", ns.name);
+        async move {
+            local
+                .etcd_get(&key)
+                .await?
+                .with_context(|| format!("nothing in etcd at {key}"))
+        }
+    };
+    for name in names {
+        let object = stored(name).await?;
+        assert_eq!(
+            object["apiVersion"],
+            format!("{group}/v1alpha1"),
+            "{object}"
+        );
+    }
+
+    // The storage version moves; the leader migrates.
+    apply_crd(
+        local,
+        id,
+        "hello.wasm",
+        "Greeting",
+        &[both.as_slice(), &["v1"]].concat(),
+    )
+    .await?;
+    wait_for(
+        "status.storedVersions to be [v1]",
+        Duration::from_secs(60),
+        || async {
+            let crd = crds.get(&crd_name).await?;
+            let stored = crd.status.and_then(|s| s.stored_versions);
+            Ok((stored == Some(vec!["v1".to_string()])).then_some(()))
+        },
+    )
+    .await?;
+    for name in names {
+        let object = stored(name).await?;
+        assert_eq!(object["apiVersion"], format!("{group}/v1"), "{object}");
+        assert_eq!(
+            object["spec"]["message"],
+            format!("{name} words"),
+            "{object}"
+        );
+        assert!(object["spec"].get("text").is_none(), "{object}");
+    }
+    // v1alpha1 can go, and every object reads as written.
+    apply_crd(local, id, "hello.wasm", "Greeting", &["--version", "v1"]).await?;
+    let served: Vec<String> = crds
+        .get(&crd_name)
+        .await?
+        .spec
+        .versions
+        .iter()
+        .map(|v| v.name.clone())
+        .collect();
+    assert_eq!(served, ["v1"]);
+    let instances = instances_of(client, &ns.name, &group, "Greeting");
+    for name in names {
+        let object = instances.get(name).await?;
+        assert_eq!(object.data["spec"]["message"], format!("{name} words"));
+    }
     setting.finish().await
 }
 

@@ -10,7 +10,8 @@
 //! - [`target`]: which binding and plugin a call is for;
 //! - [`admit`] and [`conversion`]: the answers, from the plugin's `validate` and `convert`;
 //! - [`server`]: the HTTPS server, on every replica;
-//! - [`configs`]: the `ValidatingWebhookConfiguration`s and CRD conversions the leader keeps.
+//! - [`configs`]: the `ValidatingWebhookConfiguration`s and CRD conversions the leader keeps;
+//! - [`migrate`]: a converted kind's objects stored anew at its storage version, by the leader.
 //!
 //! [`start`] runs them all: the server and the certificate reload on every replica, the
 //! certificate maintenance and the configurations once `leading`.
@@ -19,6 +20,7 @@ pub mod admit;
 pub mod certs;
 pub mod configs;
 pub mod conversion;
+pub mod migrate;
 pub mod review;
 pub mod server;
 pub mod store;
@@ -322,8 +324,13 @@ async fn keep_configurations(
     if targets.bindings.wait_until_ready().await.is_err() {
         return;
     }
-    let maintainer = Maintainer::new(client, settings.endpoint.clone(), settings.scopes.clone());
+    let maintainer = Maintainer::new(
+        client.clone(),
+        settings.endpoint.clone(),
+        settings.scopes.clone(),
+    );
     let mut failing = false;
+    let mut migration_errors = BTreeMap::new();
     loop {
         let ca_bundle = bundle.borrow_and_update().clone();
         // Without a bundle of its own (self-made certificates not read yet) nothing is
@@ -355,6 +362,7 @@ async fn keep_configurations(
                 .await;
             if report.failures.is_empty() {
                 published.send_replace(ca_bundle);
+                migrate_stored(&client, &wanted, &selected, &mut migration_errors).await;
                 if failing {
                     tracing::info!("webhook configurations written again");
                 }
@@ -369,6 +377,53 @@ async fn keep_configurations(
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
             changed = bundle.changed() => if changed.is_err() { return; },
+        }
+    }
+}
+
+/// Stores anew the objects of each kind the host converts whose CRD lists an old stored version
+/// (see [`migrate`]), once its conversion is in place. `errors` holds each CRD's last failure,
+/// so that one repeated every pass is logged once.
+async fn migrate_stored(
+    client: &Client,
+    wanted: &[Wanted],
+    selected: &impl Fn(&str) -> bool,
+    errors: &mut BTreeMap<String, String>,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for w in wanted {
+        if w.convert != Some(true) || !selected(&w.binding.name_any()) {
+            continue;
+        }
+        let name = format!("{}.{}", w.resource, w.binding.spec.kind.group);
+        let planned = match crds.get_opt(&name).await {
+            Ok(crd) => crd.as_ref().and_then(migrate::plan),
+            Err(err) => {
+                let err = format!("reading CRD {name}: {err}");
+                if errors.insert(name.clone(), err.clone()).as_ref() != Some(&err) {
+                    tracing::warn!(crd = %name, %err, "storage version migration");
+                }
+                continue;
+            }
+        };
+        let Some(migration) = planned else {
+            errors.remove(&name);
+            continue;
+        };
+        match migrate::perform(client, &migration).await {
+            Ok(done) => {
+                errors.remove(&name);
+                tracing::info!(crd = %name, objects = done.objects, dropped = ?done.dropped,
+                    storage = migration.storage(),
+                    "every object stored at the storage version; status.storedVersions set to it");
+            }
+            Err(err) => {
+                if errors.insert(name.clone(), err.clone()).as_ref() != Some(&err) {
+                    tracing::warn!(crd = %name, %err,
+                        "storage version migration (tried again every pass)");
+                }
+            }
         }
     }
 }
