@@ -595,6 +595,32 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
         !ok && said.contains("spec.fault: refused on purpose"),
         "{said}"
     );
+    // The issue's own rules, on a create and an update: at most 9 replicas, storage that never
+    // shrinks (which only the old object tells); an update breaking both is refused with both.
+    let sized = |replicas: i64, storage: i64| {
+        let mut object = fault("sized", "rules");
+        object["spec"]["replicas"] = json!(replicas);
+        object["spec"]["storageGi"] = json!(storage);
+        object
+    };
+    let (ok, said) = apply(local, &sized(12, 10)).await?;
+    assert!(
+        !ok && said.contains("spec.replicas: 12 replicas, at most 9"),
+        "{said}"
+    );
+    assert!(!said.contains("spec.storageGi"), "{said}");
+    let (ok, said) = apply(local, &sized(3, 10)).await?;
+    assert!(ok, "{said}");
+    let (ok, said) = apply(local, &sized(12, 5)).await?;
+    assert!(
+        !ok && said.contains(
+            "spec.replicas: 12 replicas, at most 9; spec.storageGi: storage cannot shrink, \
+             from 10Gi to 5Gi"
+        ),
+        "{said}"
+    );
+    let (ok, said) = apply(local, &sized(9, 20)).await?;
+    assert!(ok, "{said}");
     for (name, cause) in [
         ("trapped", "panic"),
         ("spinning", "loop"),
@@ -634,9 +660,9 @@ async fn a_plugin_that_cannot_answer_answers_per_the_bindings_failure_policy() -
     assert!(ok, "{said}");
 
     let instances = instances_of(client, &ns.name, &group, "Fault");
-    instances
-        .delete("trapped", &DeleteParams::default())
-        .await?;
+    for name in ["trapped", "sized"] {
+        instances.delete(name, &DeleteParams::default()).await?;
+    }
     setting.finish().await
 }
 

@@ -129,6 +129,7 @@ impl validate::Guest for Fault {
             // An escape sequence for the user's terminal.
             "escape" => (vec![], vec!["\u{1b}[2Jcleared".to_string()]),
             "violations" => ((0..65).map(|_| refused("spec.fault")).collect(), vec![]),
+            "rules" => (rules(&input), vec![]),
             "panic" => panic!("the fault plugin panics on purpose"),
             "loop" => loop {
                 std::hint::spin_loop();
@@ -140,6 +141,35 @@ impl validate::Guest for Fault {
             warnings,
         })
     }
+}
+
+/// Issue 41's example rules, both reported at once: at most 9 replicas, and on an update,
+/// storage never less than before (a rule only the old object can tell).
+fn rules(input: &validate::ValidateInput) -> Vec<validate::Violation> {
+    let spec = |json: &str| {
+        serde_json::from_str::<serde_json::Value>(json)
+            .ok()
+            .and_then(|o| o.get("spec").cloned())
+            .unwrap_or_default()
+    };
+    let new = spec(&input.object);
+    let mut violations = Vec::new();
+    if let Some(replicas) = new["replicas"].as_i64().filter(|r| *r > 9) {
+        violations.push(validate::Violation {
+            field: "spec.replicas".into(),
+            message: format!("{replicas} replicas, at most 9"),
+        });
+    }
+    let old = input.old_object.as_deref().map(spec).unwrap_or_default();
+    if let (Some(from), Some(to)) = (old["storageGi"].as_i64(), new["storageGi"].as_i64())
+        && to < from
+    {
+        violations.push(validate::Violation {
+            field: "spec.storageGi".into(),
+            message: format!("storage cannot shrink, from {from}Gi to {to}Gi"),
+        });
+    }
+    violations
 }
 
 impl convert::Guest for Fault {
@@ -162,7 +192,7 @@ impl convert::Guest for Fault {
 
 /// Its configuration's schema, by hand: the runtime tests patch these bytes in the component
 /// (`"object"` to `"string"`) to prove a bad schema refuses the version at load.
-const CONFIG_SCHEMA: &str = r#"{"type":"object","properties":{"fault":{"type":"string","description":"The fault to commit"}}}"#;
+const CONFIG_SCHEMA: &str = r#"{"type":"object","properties":{"fault":{"type":"string","description":"The fault to commit"},"replicas":{"type":"integer","description":"At most 9 (fault rules)"},"storageGi":{"type":"integer","description":"Never less than before (fault rules)"}}}"#;
 
 impl spec_diff::Guest for Fault {
     fn plan(input: PlanInput) -> Result<Desired, PluginError> {
