@@ -352,8 +352,9 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
 /// A kind whose CRD moves its storage version from v1alpha1 to v1 (the platform team applies
 /// `plugin crd --storage v1` over it): the leader stores every object written before anew, through
 /// the plugin (etcd then holds v1, the field renamed), sets `status.storedVersions` to `[v1]`,
-/// and the team can drop v1alpha1 from the CRD, which the API server refuses while an object may
-/// still be stored at it; every object reads as it was written.
+/// and the team can drop v1alpha1 from the CRD, which the API server refuses while
+/// `storedVersions` lists it (as it does before the migration); every object reads as it was
+/// written.
 #[tokio::test]
 async fn a_moved_storage_version_has_every_object_stored_anew_and_the_old_version_can_go()
 -> anyhow::Result<()> {
@@ -411,7 +412,8 @@ async fn a_moved_storage_version_has_every_object_stored_anew_and_the_old_versio
         );
     }
 
-    // The storage version moves; the leader migrates.
+    // The storage version moves; v1alpha1 cannot leave the CRD yet (the leader waits for the
+    // CRD to settle for 10 s), and then the leader migrates.
     apply_crd(
         local,
         id,
@@ -420,6 +422,14 @@ async fn a_moved_storage_version_has_every_object_stored_anew_and_the_old_versio
         &[both.as_slice(), &["v1"]].concat(),
     )
     .await?;
+    let early = apply_crd(local, id, "hello.wasm", "Greeting", &["--version", "v1"]).await;
+    let refused = early
+        .err()
+        .context("v1alpha1 left the CRD before its objects were stored anew")?;
+    assert!(
+        format!("{refused:#}").contains("storedVersions"),
+        "{refused:#}"
+    );
     wait_for(
         "status.storedVersions to be [v1]",
         Duration::from_secs(60),

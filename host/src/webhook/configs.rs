@@ -246,6 +246,32 @@ pub fn desired_conversion(
     })
 }
 
+/// Whether `crd`'s live conversion is the one [`desired_conversion`] makes for `binding`
+/// through `endpoint`, the CA bundle aside.
+pub fn converts_through(
+    crd: &CustomResourceDefinition,
+    binding: &str,
+    endpoint: &Endpoint,
+) -> bool {
+    let Some(conversion) = &crd.spec.conversion else {
+        return false;
+    };
+    let Some(config) = conversion
+        .webhook
+        .as_ref()
+        .and_then(|w| w.client_config.as_ref())
+    else {
+        return false;
+    };
+    let Ok(mut live) = serde_json::to_value(config) else {
+        return false;
+    };
+    if let Some(map) = live.as_object_mut() {
+        map.remove("caBundle");
+    }
+    conversion.strategy == "Webhook" && live == endpoint.client_config(&convert_path(binding), None)
+}
+
 /// Whether the live object already carries what `desired` would apply.
 fn same(live: Option<&BTreeMap<String, String>>, desired: &Value) -> bool {
     let want = desired
@@ -391,8 +417,10 @@ impl Maintainer {
         report: &mut PassReport,
     ) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        // Whole objects (the labelled CRDs only): the hash says what the host applied, the
+        // conversion itself whether someone changed it since.
         let live = match api
-            .list_metadata(&ListParams::default().labels(CONVERSION_LABEL))
+            .list(&ListParams::default().labels(CONVERSION_LABEL))
             .await
         {
             Ok(list) => list.items,
@@ -425,7 +453,9 @@ impl Maintainer {
                     keep.push(crd.clone());
                     let desired = desired_conversion(&crd, &name, true, &self.endpoint, ca_bundle);
                     let current = live.iter().find(|c| c.name_any() == crd);
-                    if same(current.map(|c| c.annotations()), &desired) {
+                    if same(current.map(|c| c.annotations()), &desired)
+                        && current.is_some_and(|c| converts_through(c, &name, &self.endpoint))
+                    {
                         continue;
                     }
                     match apply(crd, desired).await {
@@ -531,6 +561,34 @@ mod tests {
             hook["namespaceSelector"]["matchExpressions"][0]["values"][0],
             "team-a"
         );
+    }
+
+    #[test]
+    fn a_live_conversion_is_the_hosts_only_through_its_endpoint_and_the_bindings_path()
+    -> anyhow::Result<()> {
+        let crd = |conversion: Value| -> anyhow::Result<CustomResourceDefinition> {
+            Ok(serde_json::from_value(json!({
+                "metadata": {"name": "greetings.example.com"},
+                "spec": {
+                    "group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "greetings", "kind": "Greeting"},
+                    "versions": [], "conversion": conversion,
+                },
+            }))?)
+        };
+        let desired =
+            desired_conversion("greetings.example.com", "b", true, &service(), Some("pem"));
+        let ours = crd(desired["spec"]["conversion"].clone())?;
+        assert!(converts_through(&ours, "b", &service()));
+        assert!(!converts_through(&ours, "other", &service()));
+        let elsewhere = Endpoint::Url("https://127.0.0.1:9443".into());
+        assert!(!converts_through(&ours, "b", &elsewhere));
+        assert!(!converts_through(
+            &crd(json!({"strategy": "None"}))?,
+            "b",
+            &service()
+        ));
+        Ok(())
     }
 
     #[test]

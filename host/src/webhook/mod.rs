@@ -330,7 +330,7 @@ async fn keep_configurations(
         settings.scopes.clone(),
     );
     let mut failing = false;
-    let mut migration_errors = BTreeMap::new();
+    let mut pacing = migrate::Pacing::default();
     loop {
         let ca_bundle = bundle.borrow_and_update().clone();
         // Without a bundle of its own (self-made certificates not read yet) nothing is
@@ -362,7 +362,11 @@ async fn keep_configurations(
                 .await;
             if report.failures.is_empty() {
                 published.send_replace(ca_bundle);
-                migrate_stored(&client, &wanted, &selected, &mut migration_errors).await;
+                // Not in a pass that wrote (a conversion just set is not served yet).
+                if report.written == 0 {
+                    migrate_stored(&client, &settings.endpoint, &wanted, &selected, &mut pacing)
+                        .await;
+                }
                 if failing {
                     tracing::info!("webhook configurations written again");
                 }
@@ -382,50 +386,76 @@ async fn keep_configurations(
 }
 
 /// Stores anew the objects of each kind the host converts whose CRD lists an old stored version
-/// (see [`migrate`]), once its conversion is in place. `errors` holds each CRD's last failure,
-/// so that one repeated every pass is logged once.
+/// (see [`migrate`]), once the CRD's live conversion is this host's for the binding, the CRD
+/// has settled and no backoff runs (`pacing`). It runs inside the configurations' loop, so the
+/// next pass waits for a migration to end (a patch per object: seconds for thousands); the CA's
+/// steps, which wait for passes, are minutes apart.
 async fn migrate_stored(
     client: &Client,
+    endpoint: &Endpoint,
     wanted: &[Wanted],
     selected: &impl Fn(&str) -> bool,
-    errors: &mut BTreeMap<String, String>,
+    pacing: &mut migrate::Pacing,
 ) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut converted = Vec::new();
     for w in wanted {
-        if w.convert != Some(true) || !selected(&w.binding.name_any()) {
+        let binding = w.binding.name_any();
+        if w.convert != Some(true) || !selected(&binding) {
             continue;
         }
         let name = format!("{}.{}", w.resource, w.binding.spec.kind.group);
-        let planned = match crds.get_opt(&name).await {
-            Ok(crd) => crd.as_ref().and_then(migrate::plan),
+        converted.push(name.clone());
+        let now = std::time::Instant::now();
+        let crd = match crds.get_opt(&name).await {
+            Ok(Some(crd)) => crd,
+            Ok(None) => continue,
             Err(err) => {
                 let err = format!("reading CRD {name}: {err}");
-                if errors.insert(name.clone(), err.clone()).as_ref() != Some(&err) {
+                if pacing.failed(&name, &err, now) {
                     tracing::warn!(crd = %name, %err, "storage version migration");
                 }
                 continue;
             }
         };
-        let Some(migration) = planned else {
-            errors.remove(&name);
+        let (Some(migration), Some(version)) = (migrate::plan(&crd), crd.resource_version()) else {
+            pacing.succeeded(&name);
             continue;
         };
+        if !configs::converts_through(&crd, &binding, endpoint) {
+            let err = format!(
+                "CRD {name} lists stored versions {:?} but its conversion is not this host's \
+                 for binding {binding} (changed by someone else?): its objects are not stored \
+                 anew until it is",
+                migration.stored
+            );
+            if pacing.failed(&name, &err, now) {
+                tracing::warn!(crd = %name, %err, "storage version migration");
+            }
+            continue;
+        }
+        if !pacing.due(&name, &version, now) {
+            continue;
+        }
+        tracing::info!(crd = %name, stored = ?migration.stored, storage = migration.storage(),
+            "storing every object at the storage version");
         match migrate::perform(client, &migration).await {
             Ok(done) => {
-                errors.remove(&name);
+                pacing.succeeded(&name);
                 tracing::info!(crd = %name, objects = done.objects, dropped = ?done.dropped,
                     storage = migration.storage(),
                     "every object stored at the storage version; status.storedVersions set to it");
             }
             Err(err) => {
-                if errors.insert(name.clone(), err.clone()).as_ref() != Some(&err) {
+                if pacing.failed(&name, &err, std::time::Instant::now()) {
                     tracing::warn!(crd = %name, %err,
-                        "storage version migration (tried again every pass)");
+                        "storage version migration (tried again after a backoff)");
                 }
             }
         }
     }
+    pacing.retain(&converted);
 }
 
 /// What each binding this host serves and holds in force asks of the configurations.
