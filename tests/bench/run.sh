@@ -3,6 +3,7 @@
 # of its own (minutes to an hour), not part of tests/run.sh.
 #
 #   tests/bench/run.sh                         N = 100 and 1,000 hello Apps (plus N/10 kvstore)
+#   tests/bench/run.sh --quick                 N = 100 and small scenarios: a development loop
 #   tests/bench/run.sh --apps 100,1000,5000    any counts; other flags: wasmop-bench --help
 #   tests/bench/run.sh --apps 0 --variants wasm --plugins 0 --bound-kinds 10 --bound-instances 200
 #                                              the bound-kinds scenario alone (a few minutes)
@@ -11,7 +12,7 @@
 # (--features native-plugins), the plugins and the benchmark; starts the local cluster with
 # enough fake nodes for the Pods; makes one API server identity per variant (client
 # certificates wasmop-bench-{wasm,native,bare}, whose requests the API server's audit log
-# records); then runs target/release/wasmop-bench, which writes bench/results/<date>.{json,md}
+# records); then runs target/release/wasmop-bench, which writes bench/results/<date>-<HHMM>.{json,md}
 # and two SVG plots.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,7 +27,10 @@ max=1000
 bound=200
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
-  if [[ "${args[i]}" == --apps ]]; then
+  if [[ "${args[i]}" == --quick ]]; then
+    max=100
+    bound=20
+  elif [[ "${args[i]}" == --apps ]]; then
     max="$(tr ',' '\n' <<<"${args[i + 1]:-}" | sort -n | tail -1)"
   elif [[ "${args[i]}" == --apps=* ]]; then
     max="$(tr ',' '\n' <<<"${args[i]#--apps=}" | sort -n | tail -1)"

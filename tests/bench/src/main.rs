@@ -17,7 +17,7 @@
 //! instance.
 //!
 //! Requests are counted from the API server's audit log, by identity (each variant has its own
-//! user). Results go to `bench/results/<date>.json`, `.md` and two SVG plots. Run it through
+//! user). Results go to `bench/results/<date>-<HHMM>.json`, `.md` and two SVG plots. Run it through
 //! `tests/bench/run.sh`, which builds everything and makes the identities.
 
 mod audit;
@@ -68,6 +68,24 @@ pub struct Args {
     /// How long one phase (converge, ready, swap, restart) may take before the run fails.
     #[arg(long, default_value_t = 1800)]
     pub timeout_secs: u64,
+    /// A development loop's run, a few minutes: N = 100 Apps, 1 and 10 plugins, 2 bound kinds
+    /// with 20 instances, 10 s idle (for figures worth keeping, the defaults).
+    #[arg(long, conflicts_with_all = ["apps", "plugins", "bound_kinds", "bound_instances", "idle_secs"])]
+    pub quick: bool,
+}
+
+impl Args {
+    /// The arguments with `--quick`'s counts in place of the defaults.
+    fn resolved(mut self) -> Self {
+        if self.quick {
+            self.apps = vec![100];
+            self.plugins = vec![1, 10];
+            self.bound_kinds = 2;
+            self.bound_instances = 20;
+            self.idle_secs = 10;
+        }
+        self
+    }
 }
 
 /// Most kinds `--bound-kinds` may ask for: a host serves at most 64 (`MAX_BOUND_KINDS` in
@@ -85,7 +103,7 @@ fn count(text: &str) -> Result<usize, std::num::ParseIntError> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = Args::parse().resolved();
     let results = scenarios::run(&args).await?;
     report::write(&args.out, &results)?;
     if !results.failed.is_empty() {
@@ -115,6 +133,18 @@ mod tests {
         assert_eq!(args.bound_kinds, 0);
         assert_eq!(parse(&["--plugins", "1,10,50"])?.plugins, [1, 10, 50]);
         assert!(parse(&["--plugins", "1,x"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn quick_is_a_hundred_apps_and_small_scenarios_and_takes_no_counts_besides()
+    -> anyhow::Result<()> {
+        let quick = parse(&["--quick"])?.resolved();
+        assert_eq!((quick.apps, quick.plugins), (vec![100], vec![1, 10]));
+        assert_eq!((quick.bound_kinds, quick.bound_instances), (2, 20));
+        assert_eq!(quick.idle_secs, 10);
+        assert_eq!(parse(&[])?.resolved().apps, [100, 1000]);
+        assert!(parse(&["--quick", "--apps", "5000"]).is_err());
         Ok(())
     }
 

@@ -1,6 +1,8 @@
-//! The run's results as files: `<out>/<date>.json` (everything), `<out>/<date>.md` (the tables
-//! the README quotes) and two plots, `<date>-converge.svg` and `<date>-writes.svg` (seconds
-//! and API writes against N, one line per variant).
+//! The run's results as files, named by the run's start (`<stamp>`: `2026-12-07-0704`, UTC, so
+//! that a second run the same day keeps the first): `<out>/<stamp>.json` (everything),
+//! `<out>/<stamp>.md` (the tables the README quotes, under a line naming the machine and the
+//! commit) and two plots, `<stamp>-converge.svg` and `<stamp>-writes.svg` (seconds and API
+//! writes against N, one line per variant).
 
 use std::{fmt::Write as _, path::Path};
 
@@ -12,7 +14,8 @@ use crate::scenarios::{BoundKinds, Results, Run};
 pub fn write(out: &Path, results: &Results) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let day = results.date.get(..10).unwrap_or("undated");
-    let base = out.join(day);
+    let stamp = stamp(&results.date);
+    let base = out.join(&stamp);
     let json = base.with_extension("json");
     std::fs::write(&json, serde_json::to_string_pretty(results)?)?;
     let table = markdown(results, day);
@@ -21,13 +24,13 @@ pub fn write(out: &Path, results: &Results) -> anyhow::Result<()> {
         std::fs::write(out.join(file), svg(results, title, y, value))
     };
     plot(
-        format!("{day}-converge.svg"),
+        format!("{stamp}-converge.svg"),
         "Converge: until every App is reconciled at its generation",
         "seconds",
         &|r| r.converge_s,
     )?;
     plot(
-        format!("{day}-writes.svg"),
+        format!("{stamp}-writes.svg"),
         "API writes until Ready (all resources)",
         "writes",
         &|r| r.requests.writes() as f64,
@@ -35,6 +38,19 @@ pub fn write(out: &Path, results: &Results) -> anyhow::Result<()> {
     println!("{table}");
     eprintln!("[bench] results in {}", json.display());
     Ok(())
+}
+
+/// `2026-12-07-0704` of an RFC 3339 time `2026-12-07T07:04:31Z`; `undated` of anything else.
+fn stamp(date: &str) -> String {
+    match (date.get(..10), date.get(11..13), date.get(14..16)) {
+        (Some(day), Some(hour), Some(minute))
+            if date.as_bytes().get(10) == Some(&b'T')
+                && (hour.bytes().chain(minute.bytes())).all(|b| b.is_ascii_digit()) =>
+        {
+            format!("{day}-{hour}{minute}")
+        }
+        _ => "undated".into(),
+    }
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -347,7 +363,7 @@ fn short(v: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::markdown;
+    use super::{markdown, stamp};
     use crate::{
         host::Memory,
         scenarios::{
@@ -370,6 +386,13 @@ mod tests {
             per_item_anon_mib: per,
             ready_s: None,
         }
+    }
+
+    #[test]
+    fn results_are_named_by_the_minute_the_run_started() {
+        assert_eq!(stamp("2026-12-07T07:04:31.123Z"), "2026-12-07-0704");
+        assert_eq!(stamp("2026-12-07"), "undated");
+        assert_eq!(stamp("2026-12-07 07:04"), "undated");
     }
 
     #[test]
