@@ -15,6 +15,11 @@ source deploy/local/env.sh
 source tests/local-only.sh
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# A failing test's message, not 50 frames of the test harness: CI keeps only the end of the
+# output, and a backtrace once pushed the assertion that failed out of it. The message names its
+# file and line either way; WASMOP_TEST_BACKTRACE=1 brings the frames back.
+export RUST_BACKTRACE="${WASMOP_TEST_BACKTRACE:-0}"
 only="${1:-all}"
 
 # Incremental-compilation sessions pile up in the shared target dir (tens of GB over a few days
