@@ -687,7 +687,12 @@ fn finish(
     // names the conditions they come from) and made anew after it.
     conditions.retain(|c| !SUMMARY_TYPES.contains(&c.type_.as_str()));
     if let Some(event) = transitions_event(&previous.conditions, &conditions) {
-        events.push(event);
+        // Until its first rollout an App's good news is progress, not news: `RolledOut` says
+        // it arrived. Bad news is always news. (A converge of N Apps was two Events per App,
+        // the second an `Available=True` nobody acts on: issue 42.)
+        if event.warning || previous.version.is_some() {
+            events.push(event);
+        }
     }
     let summary = crate::kstatus::summary(&conditions);
     conditions.extend(merge_conditions(

@@ -627,6 +627,44 @@ fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
     );
 }
 
+/// An App that takes a few reconciles to come up says so once, `RolledOut`: its conditions'
+/// flips on the way there are progress; after it, a recovery from bad news is news again.
+#[test]
+fn the_way_to_a_first_rollout_is_one_event_and_a_recovery_after_it_is_news() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.caps.insert(Capability::Health);
+    plugin.health = Some((HealthState::Progressing, false));
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    assert!(d1.events.is_empty(), "{:?}", d1.events);
+
+    plugin.health = Some((HealthState::Healthy, true));
+    let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+    second.now = later();
+    let d2 = decide(&second, &mut plugin, &Check);
+    let reasons: Vec<&str> = d2.events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, ["RolledOut"], "{:?}", d2.events);
+    assert_eq!(condition(&d2.status, "Available").0, "True");
+
+    plugin.health = Some((HealthState::Degraded, false));
+    let mut third = snapshot(d2.status.clone(), perform(&second.observed, &d2));
+    third.now = later();
+    let d3 = decide(&third, &mut plugin, &Check);
+    assert!(d3.events.iter().any(|e| e.warning), "{:?}", d3.events);
+
+    plugin.health = Some((HealthState::Healthy, true));
+    let mut fourth = snapshot(d3.status.clone(), perform(&third.observed, &d3));
+    fourth.now = later();
+    let d4 = decide(&fourth, &mut plugin, &Check);
+    assert!(
+        d4.events
+            .iter()
+            .any(|e| !e.warning && e.note.contains("Available=True")),
+        "a recovery: {:?}",
+        d4.events
+    );
+}
+
 /// An App whose plugin is refused from the start says so in an Event: that first status is news.
 #[test]
 fn a_refused_plugin_at_the_first_reconcile_is_a_warning() {
