@@ -54,6 +54,8 @@ pub(crate) async fn cluster(args: &[&str]) -> anyhow::Result<()> {
 pub(crate) static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn cluster_sh(args: &[&str]) -> anyhow::Result<()> {
+    // The script of the checkout this binary was built from: refused if that is not this one.
+    crate::harness::built_here()?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/cluster.sh");
     let status = std::process::Command::new(&script)
         .args(args)

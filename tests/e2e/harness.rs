@@ -58,9 +58,32 @@ fn is_loopback_host(host: &str) -> bool {
         .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Refuses to run a test binary built from another checkout than the one `cargo test` runs in.
+/// Checkouts sharing one target dir (as `deploy/local/env.sh` sets it) build a test binary of
+/// the same name, and cargo takes one built from another checkout as fresh while that
+/// checkout's files are unchanged: its paths (this file's [`repo_root`], `cluster.sh`) are
+/// that checkout's, so its fault tests would stop that checkout's cluster (seen: a run here
+/// after a CI clone's reached the clone's certificates).
+pub(crate) fn built_here() -> anyhow::Result<()> {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Some(running) = std::env::var_os("CARGO_MANIFEST_DIR")
+        && Path::new(&running) != built
+    {
+        bail!(
+            "this test binary was built from {} but runs for {}: cargo reused another \
+             checkout's build from the shared target dir; `touch tests/e2e/main.rs` and run \
+             again",
+            built.display(),
+            Path::new(&running).display()
+        );
+    }
+    Ok(())
+}
+
 impl Local {
     /// Reads the env file `deploy/local/cluster.sh` wrote in [`local_state`].
     pub fn discover() -> anyhow::Result<Self> {
+        built_here()?;
         Self::discover_in(&local_state())
     }
 

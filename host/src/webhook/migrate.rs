@@ -102,6 +102,8 @@ pub struct Pacing {
     seen: BTreeMap<String, (String, Instant)>,
     /// Failures in a row, the last one's text, and when to try again.
     failed: BTreeMap<String, (u32, String, Instant)>,
+    /// Why each CRD waits, as last logged.
+    waiting: BTreeMap<String, String>,
 }
 
 impl Pacing {
@@ -141,15 +143,26 @@ impl Pacing {
         news
     }
 
+    /// Records that `crd` cannot be migrated for now, for a reason the host waits out rather
+    /// than backs off from (its conversion not the host's yet); whether it is news. A later
+    /// failure's backoff starts from the first.
+    pub fn waiting(&mut self, crd: &str, why: &str) -> bool {
+        let news = self.waiting.get(crd).is_none_or(|last| last != why);
+        self.waiting.insert(crd.to_string(), why.to_string());
+        news
+    }
+
     /// Forgets `crd`'s failures (migrated, or nothing to migrate).
     pub fn succeeded(&mut self, crd: &str) {
         self.failed.remove(crd);
+        self.waiting.remove(crd);
     }
 
     /// Forgets every CRD not in `kept` (their bindings gone).
     pub fn retain(&mut self, kept: &[String]) {
         self.seen.retain(|crd, _| kept.contains(crd));
         self.failed.retain(|crd, _| kept.contains(crd));
+        self.waiting.retain(|crd, _| kept.contains(crd));
     }
 }
 
@@ -337,6 +350,10 @@ mod tests {
         }
         assert!(pacing.due("c", "2", t1 + MAX_BACKOFF));
         pacing.succeeded("c");
+        assert!(pacing.due("c", "2", t1));
+        // Waiting (not the host's conversion yet) is news once, and no backoff.
+        assert!(pacing.waiting("c", "not ours"));
+        assert!(!pacing.waiting("c", "not ours"));
         assert!(pacing.due("c", "2", t1));
         pacing.retain(&[]);
         assert!(!pacing.due("c", "2", t1), "forgotten: settles again");

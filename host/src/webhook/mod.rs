@@ -430,7 +430,7 @@ async fn migrate_stored(
                  anew until it is",
                 migration.stored
             );
-            if pacing.failed(&name, &err, now) {
+            if pacing.waiting(&name, &err) {
                 tracing::warn!(crd = %name, %err, "storage version migration");
             }
             continue;
