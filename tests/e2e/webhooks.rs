@@ -130,6 +130,22 @@ async fn configuration(
     .await
 }
 
+/// Waits until CRD `name`'s conversion calls the host (strategy `Webhook`).
+async fn conversion_through_the_host(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+) -> anyhow::Result<()> {
+    wait_for("the CRD's conversion", Duration::from_secs(60), || async {
+        let crd = crds.get(name).await?;
+        Ok(crd
+            .spec
+            .conversion
+            .filter(|c| c.strategy == "Webhook")
+            .map(drop))
+    })
+    .await
+}
+
 /// A `Greeting` of `group` named `name` with `spec`.
 fn instance(group: &str, ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
     json!({
@@ -271,15 +287,7 @@ async fn an_instance_written_as_v1alpha1_is_served_as_v1_through_the_plugin() ->
     assert_eq!(valid(&bindings, id).await?.0, "True");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd_name = format!("greetings.{group}");
-    wait_for("the CRD's conversion", Duration::from_secs(60), || async {
-        let crd = crds.get(&crd_name).await?;
-        Ok(crd
-            .spec
-            .conversion
-            .filter(|c| c.strategy == "Webhook")
-            .map(drop))
-    })
-    .await?;
+    conversion_through_the_host(&crds, &crd_name).await?;
 
     // Written as v1alpha1 (the text as `text`), stored as v1 (`message`), served in both.
     let (ok, said) = apply(
@@ -372,15 +380,7 @@ async fn a_moved_storage_version_has_every_object_stored_anew_and_the_old_versio
     assert_eq!(valid(&bindings, id).await?.0, "True");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd_name = format!("greetings.{group}");
-    wait_for("the CRD's conversion", Duration::from_secs(60), || async {
-        let crd = crds.get(&crd_name).await?;
-        Ok(crd
-            .spec
-            .conversion
-            .filter(|c| c.strategy == "Webhook")
-            .map(drop))
-    })
-    .await?;
+    conversion_through_the_host(&crds, &crd_name).await?;
     let names = ["one", "two", "three"];
     for name in names {
         let (ok, said) = apply(
