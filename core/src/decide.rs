@@ -370,6 +370,8 @@ fn live_violations(
 struct Writes {
     /// The plan passed every check (its objects are in `apply` or in place).
     plan_checked: bool,
+    /// The App needs the cleanup finalizer ([`crate::deletion::needs_finalizer`]).
+    finalizer: bool,
     adopt: Vec<ObjectKey>,
     apply: Vec<crate::object::PluginObject>,
     in_place: usize,
@@ -468,6 +470,7 @@ fn stages(
     let objects = check.check_plan(plan.objects)?;
     crate::claims::within_limit(&objects, observed, check.max_claims())?;
     writes.plan_checked = true;
+    writes.finalizer = crate::deletion::needs_finalizer(&caps, &objects, observed);
 
     // apply, prune
     let ours: BTreeSet<(&str, &str, &str)> = observed
@@ -545,7 +548,10 @@ fn stages(
     let mut version = previous.version.clone();
     let mut requeue = plan.requeue_after.map_or(RESYNC, clamp_plugin_requeue);
     if verdict.rollout_complete {
-        if version.as_deref() != Some(render.as_str()) {
+        // A move from one version to another is news; a new App's first rollout is what its
+        // Ready condition says, and nobody acts on it (issue 42: a converge of N Apps was an
+        // Event per App).
+        if version.is_some() && version.as_deref() != Some(render.as_str()) {
             events.push(Event::normal(
                 "RolledOut",
                 format!("version {render} rolled out"),
@@ -687,9 +693,10 @@ fn finish(
     // names the conditions they come from) and made anew after it.
     conditions.retain(|c| !SUMMARY_TYPES.contains(&c.type_.as_str()));
     if let Some(event) = transitions_event(&previous.conditions, &conditions) {
-        // Until its first rollout an App's good news is progress, not news: `RolledOut` says
-        // it arrived. Bad news is always news. (A converge of N Apps was two Events per App,
-        // the second an `Available=True` nobody acts on: issue 42.)
+        // Until its first rollout an App's good news is progress, not news, and so is its
+        // arrival (its Ready condition says it). Bad news is always news. (A converge of N
+        // Apps was two Events per App, the second an `Available=True` nobody acts on: issue
+        // 42.)
         if event.warning || previous.version.is_some() {
             events.push(event);
         }
@@ -714,12 +721,21 @@ fn finish(
         last_backup: outcome.last_backup,
         upgrade: outcome.upgrade,
     };
+    let mut requeue = outcome.requeue;
+    let status = match first_status_wait(snapshot, &status, &writes, &events) {
+        Some(left) => {
+            requeue = Requeue::After(left.min(SHORT_REQUEUE));
+            previous.clone()
+        }
+        None => status,
+    };
     // What workloads use goes first (see `Decision::first_wave`); a stable sort keeps each
     // wave in plan order.
     let mut apply = writes.apply;
     apply.sort_by_key(|o| !is_used_by_workloads(o));
     let first_wave = apply.iter().filter(|o| is_used_by_workloads(o)).count();
     Decision {
+        finalizer: writes.finalizer,
         adopt: writes.adopt,
         apply,
         first_wave,
@@ -729,8 +745,65 @@ fn finish(
         backup_expire: writes.backup_expire,
         status,
         events,
-        requeue: outcome.requeue,
+        requeue,
     }
+}
+
+/// How long a new App on its way may go without a status: its first is written when it is
+/// Ready, when something is wrong, or once its first objects are this old, whichever comes
+/// first.
+pub const FIRST_STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the first status of the App of `snapshot` is left unwritten, if it is: the App has
+/// none yet, it is on its way (`Reconciling`, not `Stalled`, no news, no backup slot taken,
+/// whose record is what keeps it from running twice), and its first objects (those it owns)
+/// were made less than [`FIRST_STATUS_WAIT`] ago, or are being made now (an App with no
+/// object to make gets its status at once). Then the status it
+/// reaches on the way (Ready, often) is its first: one status write where nothing changed in
+/// between, not a `Reconciling` one per progress step and then a `Ready` one (issue 42).
+/// Until then the App has no status, which kstatus reads as in progress, as it is.
+fn first_status_wait(
+    snapshot: &Snapshot,
+    status: &AppStatus,
+    writes: &Writes,
+    events: &[Event],
+) -> Option<Duration> {
+    let is_true = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    };
+    let on_its_way = snapshot.previous == AppStatus::default()
+        && writes.backup_start.is_none()
+        && events.is_empty()
+        && is_true(crate::conditions::RECONCILING)
+        && !is_true(crate::conditions::STALLED);
+    if !on_its_way {
+        return None;
+    }
+    let first_made = snapshot
+        .observed
+        .iter()
+        .filter(|o| o.owned)
+        .filter_map(|o| {
+            o.json
+                .pointer("/metadata/creationTimestamp")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|t| t.parse::<Timestamp>().ok())
+        })
+        .min();
+    let age = match first_made {
+        Some(made) => {
+            Duration::try_from(snapshot.now.duration_since(made)).unwrap_or(Duration::ZERO)
+        }
+        // Being made now; an App with nothing to make has nothing to wait for.
+        None if !writes.adopt.is_empty() => Duration::ZERO,
+        None => return None,
+    };
+    FIRST_STATUS_WAIT
+        .checked_sub(age)
+        .filter(|left| !left.is_zero())
 }
 
 /// Whether `object` is of a kind workloads use: applied in the first wave.

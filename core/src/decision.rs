@@ -8,10 +8,14 @@ use crate::{object::PluginObject, status::AppStatus};
 /// Everything a reconcile of one App does, in the order an executor performs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// Planned objects the App does not control yet: each must be absent or already the App's
-    /// before anything is applied, or the whole plan is refused (taking over a user's object
-    /// would let pruning or garbage collection delete it later).
+    /// Planned objects the App does not control yet (some of `apply`): each must be absent
+    /// (the executor creates it) or already the App's, or the plan is refused when the
+    /// executor comes to it (taking over a user's object would let pruning or garbage
+    /// collection delete it later).
     pub adopt: Vec<ObjectKey>,
+    /// Whether the App must carry the cleanup finalizer before any of this is written
+    /// ([`crate::deletion::needs_finalizer`]); the executor adds it first if it is missing.
+    pub finalizer: bool,
     /// Objects to server-side apply, stamped: those not already in place, in waves
     /// ([`Decision::waves`]), each in plan order.
     pub apply: Vec<PluginObject>,

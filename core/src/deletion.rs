@@ -26,6 +26,29 @@ use crate::{
 /// deletion's decision is carried out.
 pub const FINALIZER: &str = "wasmop.dev/cleanup";
 
+/// Whether the App must carry the [`FINALIZER`] before the writes of a decision: its plugin
+/// exports `finalize` (deletion must ask it), or the App has claims, planned (a claim, a
+/// StatefulSet's claim templates) or observed, which outlive it and which deletion reports as
+/// kept. Any other App's objects go with it through their owner references, so it is deleted
+/// at once, without a finalizer patch on its way in or out. A finalizer once added stays: a
+/// later plan without claims does not make the claims made earlier go away.
+pub fn needs_finalizer(
+    capabilities: &std::collections::BTreeSet<Capability>,
+    planned: &[crate::object::PluginObject],
+    observed: &[ObservedObject],
+) -> bool {
+    capabilities.contains(&Capability::Finalize)
+        || planned.iter().any(|o| {
+            (o.api_version() == "v1" && o.kind() == "PersistentVolumeClaim")
+                || (o.api_version() == "apps/v1"
+                    && o.kind() == "StatefulSet"
+                    && crate::claims::StatefulSetClaims::of(o).count() > 0)
+        })
+        || observed
+            .iter()
+            .any(|o| o.api_version == "v1" && o.kind == "PersistentVolumeClaim")
+}
+
 /// How long a StatefulSet may take to go before deletion says on the App that it waits.
 const STUCK: std::time::Duration = std::time::Duration::from_secs(300);
 

@@ -307,6 +307,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub leader_elect: bool,
 
+    /// With --leader-elect: whether a replica waiting for the lease is a warm standby (its
+    /// caches synced and kept current, its Apps' plugins loaded; ready only once warm), which
+    /// reconciles every App the moment it leads. `false` starts everything only once leading:
+    /// a cold takeover, for a standby that must hold no memory.
+    #[arg(long, env = "WASMOP_WARM_STANDBY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub warm_standby: bool,
+
     /// Namespace of the leader-election Lease (default: the Pod's namespace, else `default`).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,

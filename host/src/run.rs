@@ -128,8 +128,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let mut leadership = None;
-    if args.leader_elect {
+    let namespaces: Vec<Option<String>> = if args.namespaces.is_empty() {
+        vec![None]
+    } else {
+        args.namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut elector = args.leader_elect.then(|| {
         let identity =
             // Outside a Pod the pid alone is not unique (it is 1 in every container).
             std::env::var("POD_NAME").unwrap_or_else(|_| {
@@ -140,51 +144,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .lease_namespace
             .clone()
             .unwrap_or_else(|| "default".into());
-        let elector = LeaderElector::new(
+        info!(%namespace, %identity, warm = args.warm_standby, "waiting for the leader lease");
+        LeaderElector::new(
             client.clone(),
             &namespace,
             "wasmop-leader",
             &identity,
             fence.clone(),
-        );
-        info!(%namespace, %identity, "waiting for the leader lease");
-        // A standby is healthy and ready to take over; it turns not-ready once it leads, until
-        // its caches have synced.
+        )
+    });
+    let mut leadership = None;
+    // A cold standby starts nothing before it leads; it is ready meanwhile (to take over is
+    // all it does), and not ready from then until its caches have synced.
+    if !args.warm_standby
+        && let Some(elector) = elector.take()
+    {
         probes.set_ready(true);
-        let leading = tokio::select! {
-            leading = elector.acquire() => leading,
-            () = stopped(stop_rx.clone()) => { server.abort(); return Ok(()); }
+        let Some(leading) = lead(elector, stopped(stop_rx.clone())).await else {
+            policy_task.abort();
+            server.abort();
+            return Ok(());
         };
         probes.set_ready(false);
-        let mut lost = leading.watch();
-        tokio::spawn(async move {
-            // Err: the renewer was stopped by a graceful release, which is no loss.
-            if lost.wait_for(|leading| !*leading).await.is_ok() {
-                // A deposed leader must not finish what it started: another replica may act
-                // from the moment its own lease clock runs out (client-go's renew deadline
-                // keeps that moment after this one). Exit, as controller-runtime does.
-                tracing::error!("lost leadership; exiting");
-                std::process::exit(1);
-            }
-        });
         leadership = Some(leading);
     }
-    leading_tx.send_replace(true);
-
-    let namespaces: Vec<Option<String>> = if args.namespaces.is_empty() {
-        vec![None]
-    } else {
-        args.namespaces.iter().cloned().map(Some).collect()
-    };
-    // PluginBindings, like policies, are read only once leading.
-    let (bound, binding_task) = crate::binding::serve::start(
-        client.clone(),
-        host_namespace,
-        namespaces.clone(),
-        binding_selector,
-    );
+    // The kinds PluginBindings bind: served (read, and their CRDs written) only once leading,
+    // so empty until then.
+    let (bound_tx, bound) = tokio::sync::watch::channel(crate::controller::bound::Bound::new());
+    // The controllers start now, leading or not: a warm standby has its caches synced and
+    // current and its Apps' plugins loaded, reports ready, and reconciles from the moment it
+    // leads (controller-runtime's warm replicas). Ready once every namespace's controller is.
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
-    let controllers = namespaces.into_iter().map(|namespace| {
+    let controllers = namespaces.clone().into_iter().map(|namespace| {
         let (probes, pending) = (probes.clone(), pending.clone());
         let ready = move || {
             if pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
@@ -203,6 +194,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             policies: policies.clone(),
             metrics: reconcile_metrics.clone(),
             bound: bound.clone(),
+            leading: leading.clone(),
         };
         controller::run(
             client.clone(),
@@ -212,7 +204,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             stopped(stop_rx.clone()),
         )
     });
-    futures::future::join_all(controllers).await;
+    let controllers = futures::future::join_all(controllers);
+    tokio::pin!(controllers);
+    if let Some(elector) = elector.take() {
+        // The controllers end only on a stop (or their watches ending): nothing to lead then.
+        let Some(leading) = lead(elector, async {
+            (&mut controllers).await;
+        })
+        .await
+        else {
+            policy_task.abort();
+            server.abort();
+            return Ok(());
+        };
+        leadership = Some(leading);
+    }
+    leading_tx.send_replace(true);
+    // PluginBindings, like policies' status, only once leading.
+    let binding_task = crate::binding::serve::start(
+        client.clone(),
+        host_namespace,
+        namespaces,
+        binding_selector,
+        bound_tx,
+    );
+    controllers.await;
     probes.set_ready(false);
     // Nothing writes any more (reconciles done, policy status writer stopped): hand the lease
     // over now rather than after a lease duration.
@@ -232,6 +248,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// Takes the lease, unless `until` resolves first; a replica that leads exits the moment it
+/// stops leading.
+async fn lead(
+    elector: LeaderElector,
+    until: impl std::future::Future<Output = ()>,
+) -> Option<crate::leader::Leadership> {
+    let leading = tokio::select! {
+        leading = elector.acquire() => leading,
+        () = until => return None,
+    };
+    info!("leading");
+    let mut lost = leading.watch();
+    tokio::spawn(async move {
+        // Err: the renewer was stopped by a graceful release, which is no loss.
+        if lost.wait_for(|leading| !*leading).await.is_ok() {
+            // A deposed leader must not finish what it started: another replica may act from
+            // the moment its own lease clock runs out (client-go's renew deadline keeps that
+            // moment after this one). Exit, as controller-runtime does.
+            tracing::error!("lost leadership; exiting");
+            std::process::exit(1);
+        }
+    });
+    Some(leading)
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

@@ -976,6 +976,10 @@ pub async fn create_one_replica_app(
     Ok(())
 }
 
+/// Leader election on the real control plane: one replica reconciles; a standby is warm (its
+/// caches synced, the plugins of the Apps loaded, also of an App created while it waits) yet
+/// reconciles and writes nothing; it takes a released lease at its next retry and a killed
+/// leader's once the lease runs out, and serves from then on.
 #[tokio::test]
 async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -1002,9 +1006,18 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> anyhow::
 
     let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
     create_one_replica_app(&apps, "one", &image, "Ready under the first leader").await?;
+    // The standby is warm: it loads the plugin of an App that appeared while it waited.
+    let metrics = second.url("/metrics");
+    wait_for(
+        "the standby to load the new App's plugin",
+        Duration::from_secs(20),
+        || async {
+            Ok((metric_sum(&metrics, "wasmop_plugin_loads_total").await? > 0.0).then_some(()))
+        },
+    )
+    .await?;
     // The standby reconciled nothing and wrote nothing while the first replica led, and the
     // leader did (so the counters are the ones that would show it).
-    let metrics = second.url("/metrics");
     assert_eq!(metric_sum(&metrics, "wasmop_reconcile_total").await?, 0.0);
     assert_eq!(metric_sum(&metrics, "wasmop_api_writes_total").await?, 0.0);
     assert!(metric_sum(&first.url("/metrics"), "wasmop_api_writes_total").await? > 0.0);
@@ -1101,5 +1114,94 @@ async fn a_ready_app_reconciles_without_writing() -> anyhow::Result<()> {
         "a Ready App's reconcile writes nothing"
     );
     drop(host);
+    ns.delete().await
+}
+
+/// Issue 42's request savings on the real control plane: a new App's objects are created (one
+/// request each, no read first), a field the first plan set and the next plan drops is gone
+/// after the next apply (the create's field ownership was handed over to server-side apply),
+/// and an App whose plugin neither exports `finalize` nor makes claims carries no finalizer
+/// and is deleted at once.
+#[tokio::test]
+async fn a_created_object_loses_what_the_next_plan_drops_and_needs_no_finalizer()
+-> anyhow::Result<()> {
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-create").await?;
+    let plugin = fault_plugin_in(&client, &ns.name).await?;
+    let _host = Host::start(&local, &ns.name).await?;
+    let apps: Api<App> = Api::namespaced(client.clone(), &ns.name);
+    apps.create(
+        &PostParams::default(),
+        &app("lean", plugin, "1.0.0", json!({"fault": "extra"}))?,
+    )
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let entries = |cm: &ConfigMap| -> Vec<(String, String)> {
+        cm.managed_fields()
+            .iter()
+            .filter(|e| e.manager.as_deref() == Some("wasmop"))
+            .map(|e| {
+                (
+                    e.operation.clone().unwrap_or_default(),
+                    e.subresource.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let created = wait_for("the planned ConfigMap", Duration::from_secs(60), || async {
+        Ok(cms.get_opt("fault").await?.filter(|cm| {
+            cm.data
+                .as_ref()
+                .is_some_and(|d| d.get("extra").map(String::as_str) == Some("planned once"))
+        }))
+    })
+    .await?;
+    assert_eq!(
+        entries(&created),
+        [("Update".to_string(), String::new())],
+        "created with a POST, not applied"
+    );
+    let lean = wait_app(&apps, "lean", "Ready", Duration::from_secs(60), |a| {
+        condition(a, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    assert!(
+        lean.finalizers().is_empty(),
+        "no finalize, no claims, yet finalizers {:?}",
+        lean.finalizers()
+    );
+
+    patch_spec(&apps, "lean", json!({"config": {"fault": "none"}})).await?;
+    let replanned = wait_for(
+        "the ConfigMap without the dropped key",
+        Duration::from_secs(60),
+        || async {
+            Ok(cms
+                .get_opt("fault")
+                .await?
+                .filter(|cm| cm.data.as_ref().is_some_and(|d| !d.contains_key("extra"))))
+        },
+    )
+    .await?;
+    assert_eq!(
+        replanned
+            .data
+            .as_ref()
+            .and_then(|d| d.get("payload"))
+            .map(String::as_str),
+        Some("fine")
+    );
+    assert_eq!(
+        entries(&replanned),
+        [("Apply".to_string(), String::new())],
+        "the create's fields belong to server-side apply now"
+    );
+
+    apps.delete("lean", &DeleteParams::default()).await?;
+    wait_for("the App to go", Duration::from_secs(10), || async {
+        Ok(apps.get_opt("lean").await?.is_none().then_some(()))
+    })
+    .await?;
     ns.delete().await
 }

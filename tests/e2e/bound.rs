@@ -570,7 +570,13 @@ async fn an_app_and_an_instance_of_one_name_keep_apart() -> anyhow::Result<()> {
     let ready = condition_json(&refused, "Ready");
     let message = ready["message"].as_str().unwrap_or_default();
     assert_eq!(ready["reason"], "PlanRejected", "{ready}");
-    assert!(message.contains("not managed by this KVStore"), "{message}");
+    // The claim its StatefulSet would take is checked first (a read, before anything is
+    // written); the App's objects the plan names would be refused next.
+    assert!(
+        message.contains("not managed by this KVStore")
+            || message.contains("which exists and is not this KVStore's"),
+        "{message}"
+    );
     wait_ready(&local, &ns.name, &format!("kvstores.{group}/other")).await?;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let owner_kind = |set: &StatefulSet| {

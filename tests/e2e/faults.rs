@@ -540,7 +540,7 @@ async fn record(apps: &Api<App>) -> anyhow::Result<std::collections::BTreeMap<St
 
 /// `kill -9` of the host while it converges [`FLEET`] Apps, some with backups due; a new
 /// host (the same compiled-plugin cache) then converges every App, and across the crash no
-/// status field regresses, no finalizer is lost or doubled, every object an App owns carries
+/// status field regresses, no finalizer is lost, doubled or added where nothing needs it, every object an App owns carries
 /// its controlling owner reference, and no backup slot runs twice.
 #[tokio::test]
 async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -> anyhow::Result<()>
@@ -622,9 +622,16 @@ async fn a_host_killed_mid_converge_converges_after_a_restart_losing_nothing() -
             old.last_backup,
             new.last_backup
         );
+        // kvstore exports `finalize` and makes claims, hello neither: only kvstore Apps hold
+        // the host's finalizer, once.
+        let kvstore = expected[name.as_str()] == "7.2.4";
         assert_eq!(
             new.finalizers,
-            vec!["wasmop.dev/cleanup".to_string()],
+            if kvstore {
+                vec!["wasmop.dev/cleanup".to_string()]
+            } else {
+                vec![]
+            },
             "{name}: finalizers"
         );
     }

@@ -189,12 +189,19 @@ fn perform(before: &[ObservedObject], decision: &Decision) -> Vec<ObservedObject
         let mut json = object.to_value();
         json["metadata"]["resourceVersion"] = json!("1");
         json["metadata"]["uid"] = json!(format!("uid-{}", object.name()));
+        // Made at the first snapshot's clock (`later()` is a minute on).
+        json["metadata"]["creationTimestamp"] = json!(
+            Timestamp::from_second(1_800_000_000)
+                .expect("time")
+                .to_string()
+        );
         after.retain(|o| !(o.kind == object.kind() && o.name == object.name()));
         after.push(ObservedObject {
             api_version: object.api_version().into(),
             kind: object.kind().into(),
             name: object.name().into(),
             owned: object.kind() != "PersistentVolumeClaim",
+            create_owned: false,
             backup_slot: json
                 .pointer(&format!(
                     "/metadata/labels/{}",
@@ -240,7 +247,12 @@ fn a_new_app_applies_its_plan_stamped_and_is_ready() {
     assert_eq!(condition(&d.status, "Reconciling").0, "False");
     assert_eq!(condition(&d.status, "Stalled").0, "False");
     assert_eq!(d.requeue, Requeue::After(RESYNC));
-    assert!(d.events.iter().any(|e| e.reason == "RolledOut"));
+    // Ready at once: the status says so, and a first rollout is no Event.
+    assert!(
+        !d.events.iter().any(|e| e.reason == "RolledOut"),
+        "{:?}",
+        d.events
+    );
     assert!(
         d.events
             .iter()
@@ -320,6 +332,7 @@ fn claims_backup_jobs_foreign_and_unprunable_objects_are_never_pruned() {
         name: name.into(),
         owned,
         backup_slot: slot.map(str::to_string),
+        create_owned: false,
         json: json!({}),
     };
     let live = vec![
@@ -592,21 +605,35 @@ proptest! {
         second.now = later();
         let d2 = decide(&second, &mut plugin, &Check);
         prop_assert!(d2.writes_nothing(), "{:#?}", d2);
-        prop_assert_eq!(&d2.status, &d1.status);
         prop_assert!(d2.events.is_empty(), "{:?}", d2.events);
+        // A first status left to the next reconcile (one on its way) is that reconcile's;
+        // from then on the status stays.
+        if d1.status == AppStatus::default() {
+            prop_assert!(!healthy && slot.is_none() && !objects.is_empty());
+            prop_assert_ne!(&d2.status, &d1.status, "the first status, a minute on");
+            prop_assert_eq!(d1.requeue, Requeue::After(SHORT_REQUEUE));
+            let mut third = snapshot(d2.status.clone(), perform(&second.observed, &d2));
+            third.now = later();
+            let d3 = decide(&third, &mut plugin, &Check);
+            prop_assert!(d3.writes_nothing(), "{:#?}", d3);
+            prop_assert_eq!(&d3.status, &d2.status);
+            prop_assert!(d3.events.is_empty(), "{:?}", d3.events);
+        } else {
+            prop_assert_eq!(&d2.status, &d1.status);
+        }
     }
 }
 
-/// A new App that comes up well is one Event (the rollout), not one per condition; a reconcile
-/// that flips conditions publishes one Event naming them all, bad news first and as a Warning.
+/// A new App that comes up well is no Event (its status says it), not one per condition; a
+/// reconcile that flips conditions publishes one Event naming them all, bad news first and as a
+/// Warning.
 #[test]
 fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
     let mut plugin = Script::new(vec![cm("a", "1")]);
     plugin.caps.insert(Capability::Health);
     let first = snapshot(AppStatus::default(), vec![]);
     let d1 = decide(&first, &mut plugin, &Check);
-    let reasons: Vec<&str> = d1.events.iter().map(|e| e.reason.as_str()).collect();
-    assert_eq!(reasons, ["RolledOut"], "{:?}", d1.events);
+    assert!(d1.events.is_empty(), "{:?}", d1.events);
 
     plugin.health = Some((HealthState::Degraded, false));
     let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
@@ -627,24 +654,29 @@ fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
     );
 }
 
-/// An App that takes a few reconciles to come up says so once, `RolledOut`: its conditions'
-/// flips on the way there are progress; after it, a recovery from bad news is news again.
+/// An App that takes a few reconciles to come up is quiet on the way (its conditions' flips
+/// are progress, its arrival is its Ready condition) and writes one status: the first
+/// reconcile, which creates its objects, leaves the status to the next. After it, a recovery
+/// from bad news is news again, and so is a rollout from one version to another.
 #[test]
-fn the_way_to_a_first_rollout_is_one_event_and_a_recovery_after_it_is_news() {
+fn the_way_to_a_first_rollout_is_quiet_and_one_status_write() {
     let mut plugin = Script::new(vec![cm("a", "1")]);
     plugin.caps.insert(Capability::Health);
     plugin.health = Some((HealthState::Progressing, false));
     let first = snapshot(AppStatus::default(), vec![]);
     let d1 = decide(&first, &mut plugin, &Check);
     assert!(d1.events.is_empty(), "{:?}", d1.events);
+    assert_eq!(d1.adopt.len(), 1, "creates the App's first object");
+    assert_eq!(d1.status, AppStatus::default(), "no status yet");
+    assert_eq!(d1.requeue, Requeue::After(SHORT_REQUEUE));
 
     plugin.health = Some((HealthState::Healthy, true));
     let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
     second.now = later();
     let d2 = decide(&second, &mut plugin, &Check);
-    let reasons: Vec<&str> = d2.events.iter().map(|e| e.reason.as_str()).collect();
-    assert_eq!(reasons, ["RolledOut"], "{:?}", d2.events);
+    assert!(d2.events.is_empty(), "{:?}", d2.events);
     assert_eq!(condition(&d2.status, "Available").0, "True");
+    assert_eq!(condition(&d2.status, "Ready").0, "True");
 
     plugin.health = Some((HealthState::Degraded, false));
     let mut third = snapshot(d2.status.clone(), perform(&second.observed, &d2));
@@ -662,6 +694,17 @@ fn the_way_to_a_first_rollout_is_one_event_and_a_recovery_after_it_is_news() {
             .any(|e| !e.warning && e.note.contains("Available=True")),
         "a recovery: {:?}",
         d4.events
+    );
+
+    let mut fifth = snapshot(d4.status.clone(), perform(&fourth.observed, &d4));
+    fifth.now = later();
+    let from = d4.status.version.clone().expect("rolled out");
+    fifth.desired_version = format!("{from}.1");
+    let d5 = decide(&fifth, &mut plugin, &Check);
+    assert!(
+        d5.events.iter().any(|e| e.reason == "RolledOut"),
+        "an upgrade: {:?}",
+        d5.events
     );
 }
 
@@ -957,4 +1000,32 @@ fn what_workloads_use_is_applied_first() {
         ]
     );
     assert_eq!(d.first_wave, 3);
+}
+
+/// The cleanup finalizer only where deletion has something to do: a plugin that exports
+/// `finalize`, a plan with claims (a claim, a StatefulSet's claim templates), or claims the App
+/// already has; a plan of a ConfigMap alone needs none.
+#[test]
+fn only_finalize_or_claims_need_the_finalizer() {
+    let first = snapshot(AppStatus::default(), vec![]);
+    let mut plain = Script::new(vec![cm("a", "1")]);
+    assert!(!decide(&first, &mut plain, &Check).finalizer);
+    plain.caps.insert(Capability::Finalize);
+    assert!(decide(&first, &mut plain, &Check).finalizer);
+
+    let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 2, "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}});
+    assert!(decide(&first, &mut Script::new(vec![set]), &Check).finalizer);
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "scratch"}});
+    assert!(decide(&first, &mut Script::new(vec![claim]), &Check).finalizer);
+
+    let kept = ObservedObject::from_value(
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-db-0", "labels": {"wasmop.dev/app": "kv"}}}),
+        "u-1",
+    )
+    .expect("a claim");
+    let with_claim = snapshot(AppStatus::default(), vec![kept]);
+    assert!(decide(&with_claim, &mut Script::new(vec![cm("a", "1")]), &Check).finalizer);
 }

@@ -43,6 +43,19 @@ pub(super) fn metadata(
             "generateName",
             "the host applies objects by name; a generated name cannot be pruned",
         ),
+        (
+            "managedFields",
+            "is the API server's record of who owns which field; a create would take it as \
+             given",
+        ),
+        (
+            "resourceVersion",
+            "is the API server's; the host writes planned objects whatever version they are at",
+        ),
+        (
+            "uid",
+            "is the API server's; it names an object, not what it should hold",
+        ),
     ] {
         if metadata.get(field).is_some_and(|v| !v.is_null()) {
             return breach(format!("{at}.{field}"), "wasmop/metadata", why.to_string());
@@ -160,6 +173,12 @@ mod tests {
             (json!({"finalizers": ["x/y"]}), "metadata.finalizers"),
             (json!({"ownerReferences": []}), "metadata.ownerReferences"),
             (json!({"generateName": "x-"}), "metadata.generateName"),
+            (
+                json!({"managedFields": [{"manager": "someone"}]}),
+                "metadata.managedFields",
+            ),
+            (json!({"resourceVersion": "1"}), "metadata.resourceVersion"),
+            (json!({"uid": "u-2"}), "metadata.uid"),
             (
                 json!({"labels": {"wasmop.dev/app": "other"}}),
                 "metadata.labels[\"wasmop.dev/app\"]",

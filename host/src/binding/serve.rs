@@ -69,7 +69,7 @@ const ACCESS: [(&str, Option<&str>); 6] = [
 ];
 
 /// Starts serving the bindings (those `selector`'s labels select, if given; which binding
-/// serves a kind is decided among all of them); returns the kinds to serve, kept current.
+/// serves a kind is decided among all of them); sends the kinds to serve on `tx`, kept current.
 /// `host_namespace` is the default `sourceNamespace`; `scopes` the namespaces the host watches
 /// (`None`: all).
 pub(crate) fn start(
@@ -77,12 +77,9 @@ pub(crate) fn start(
     host_namespace: String,
     scopes: Vec<Option<String>>,
     selector: BTreeMap<String, String>,
-) -> (
-    tokio::sync::watch::Receiver<Bound>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (tx, rx) = tokio::sync::watch::channel(Bound::new());
-    let task = tokio::spawn(async move {
+    tx: tokio::sync::watch::Sender<Bound>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let (store, writer) = reflector::store();
         let api: Api<PluginBinding> = Api::all(client.clone());
         let mut events = reflector::reflector(writer, watcher(api, watcher::Config::default()))
@@ -143,8 +140,7 @@ pub(crate) fn start(
                 }
             }
         }
-    });
-    (rx, task)
+    })
 }
 
 /// What about the bindings calls for a pass: each one's name, generation, labels, finalizers

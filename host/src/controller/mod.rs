@@ -55,10 +55,15 @@ pub struct Settings {
     pub metrics: reconcile::execute::ReconcileMetrics,
     /// The kinds valid PluginBindings bind, each served by a controller of its own.
     pub bound: tokio::sync::watch::Receiver<bound::Bound>,
+    /// Whether this replica leads (always, without leader election). Until it does, the
+    /// controller is a warm standby: its caches sync and stay current, the plugins its Apps
+    /// use load, and nothing is reconciled or written.
+    pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
-/// `ready` is called once every cache has synced.
+/// `ready` is called once every cache has synced and the plugins the Apps use have loaded
+/// ([`warm_up`]); reconciles start once `settings.leading` is true as well.
 pub async fn run(
     client: Client,
     runtime: &PluginRuntime,
@@ -202,9 +207,25 @@ pub async fn run(
         })
     };
 
+    let reporter = Reporter {
+        controller: "wasmop".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        stores: stores.clone(),
+        plugins: runtime.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        failures: Default::default(),
+        health: settings.health.clone(),
+        policies: settings.policies.clone(),
+        metrics: settings.metrics.clone(),
+    });
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
         let apps = apps.clone();
+        let (warm_ctx, warm_apps) = (ctx.clone(), apps.clone());
+        let mut leading = settings.leading.clone();
         Box::pin(async move {
             let mut waits: Vec<(std::borrow::Cow<'static, str>, BoxFuture<'static, ()>)> =
                 vec![("apps".into(), ready_of(apps))];
@@ -226,28 +247,32 @@ pub async fn run(
                 tracing::debug!(cache = &*what, "cache synced");
             }
             tracing::info!("caches synced");
-            synced.send_replace(true);
+            if !*leading.borrow() {
+                warm_up(&warm_ctx, &warm_apps).await;
+            }
             ready();
+            // A standby keeps its caches current (the reflectors run on) and loads the plugin
+            // of every App that appears or changes meanwhile (`add_users` above keeps those
+            // loaded), and takes its first reconcile only once it leads: every App, at once,
+            // against warm caches.
+            loop {
+                tokio::select! {
+                    leads = leading.wait_for(|leading| *leading) => match leads {
+                        Ok(_) => break,
+                        Err(_) => return,
+                    },
+                    () = tokio::time::sleep(WARM_PASS) => {
+                        warm_pass(&warm_ctx, &warm_apps);
+                    }
+                }
+            }
+            synced.send_replace(true);
         })
     };
     // Aborted when the controller stops: a sync finishing after that (its writers dropped make
     // the waits resolve) must not report the host ready.
     let sync = tokio::spawn(sync);
 
-    let reporter = Reporter {
-        controller: "wasmop".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        stores,
-        plugins: runtime.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        failures: Default::default(),
-        health: settings.health.clone(),
-        policies: settings.policies.clone(),
-        metrics: settings.metrics.clone(),
-    });
     // The bound kinds' controllers start once the caches have synced, as the App
     // controller's reconciles do.
     let bound_kinds = {
@@ -283,6 +308,58 @@ pub async fn run(
     forget_deleted.abort();
     sync.abort();
     stop_on.abort();
+}
+
+/// How long a standby waits for its Apps' plugins to load before it reports ready anyway: a
+/// plugin that takes longer (a large component compiling on a busy machine) must not keep a
+/// rollout of the host's Deployment waiting on the standby; it goes on loading.
+const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How often a standby looks for Apps whose plugin it has not loaded yet.
+const WARM_PASS: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Starts loading the plugin of every App in `apps`, as its reconcile would (the namespace's
+/// policy first, then the source it allows); returns how many Apps wait for theirs (loading,
+/// or a namespace whose policy is not known yet). Reads only: the sources' registries and
+/// ConfigMaps.
+fn warm_pass(ctx: &Context, apps: &Store<App>) -> usize {
+    let kind = crate::parent::ParentKind::app();
+    apps.state()
+        .iter()
+        .filter(|app| {
+            let parent = crate::parent::Parent::from_app(app, kind.clone());
+            matches!(
+                reconcile::prepare::resolve_plugin(&parent, ctx),
+                reconcile::prepare::Resolved::PolicyUnknown
+                    | reconcile::prepare::Resolved::Holding(
+                        wasmop_core::decide::PluginState::Loading { .. },
+                    )
+            )
+        })
+        .count()
+}
+
+/// [`warm_pass`] until no App waits for its plugin any more or [`WARM_UP_LIMIT`] has passed.
+async fn warm_up(ctx: &Context, apps: &Store<App>) {
+    let started = std::time::Instant::now();
+    loop {
+        let loading = warm_pass(ctx, apps);
+        if loading == 0 {
+            tracing::info!(
+                waited_s = started.elapsed().as_secs_f64(),
+                "warm: the plugins the Apps use are loaded"
+            );
+            return;
+        }
+        if started.elapsed() >= WARM_UP_LIMIT {
+            tracing::warn!(
+                loading,
+                "warm-up: Apps whose plugin is still loading; reporting ready, it goes on loading"
+            );
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 /// `input`'s items from the moment `synced` turns true, led by what `on_open` gives then.

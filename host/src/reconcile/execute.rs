@@ -6,7 +6,10 @@
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::{
+    api::batch::v1::Job,
+    apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry},
+};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
@@ -24,12 +27,12 @@ use wasmop_core::{
     decide::{self, NoPlugin},
     guard::PlanPolicy,
     object::PluginObject,
-    observed::{ObservedObject, labelled_for},
+    observed::{FIELD_MANAGER, ObservedObject, is_create_entry, labelled_for},
     stamp::AppRef,
 };
 
 use super::{Context, Error, prepare::Prepared, status};
-use crate::{controller::kinds::api_resource, parent::Parent, write::FIELD_MANAGER};
+use crate::{controller::kinds::api_resource, parent::Parent};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -66,7 +69,8 @@ impl ReconcileMetrics {
         );
         registry.register(
             "api_writes",
-            "Writes to the API server for Apps, by verb (apply, delete, create, status) and kind",
+            "Writes to the API server for Apps, by verb (create, apply, patch: a create's fields \
+             handed over to apply, delete, status) and kind",
             metrics.writes.clone(),
         );
         registry.register(
@@ -170,6 +174,23 @@ pub async fn execute(
     decision: Decision,
     rules: Option<&PlanPolicy>,
 ) -> Result<Action, Error> {
+    if decision.finalizer && !app.app.finalizers().iter().any(|f| f == super::FINALIZER) {
+        match add_finalizer(app, ctx).await {
+            Ok(()) => {}
+            // The parent changed since the cache saw it: its watch event is on the way, and
+            // the retry reads the finalizers again. Not a failure (no backoff, no warning).
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+            }
+            Err(source) => {
+                return Err(Error::Kube {
+                    app: app.describe(),
+                    what: "adding the finalizer".into(),
+                    source,
+                });
+            }
+        }
+    }
     // The claims the host knows are the App's (labelled with it, from the claim cache).
     let claims = snapshot
         .observed
@@ -184,7 +205,7 @@ pub async fn execute(
         rules,
         claims,
     };
-    let decision = match write_objects(&writer, &decision).await {
+    let decision = match write_objects(&writer, snapshot, &decision).await {
         Ok(()) => decision,
         Err(WriteError::Refused(failure)) => decide::failed(snapshot, failure),
         Err(WriteError::Kube { what, source }) => {
@@ -221,6 +242,26 @@ pub async fn execute(
     Ok(Action::requeue(after))
 }
 
+/// Adds the cleanup finalizer to `app` before anything the decision writes, so that deleting
+/// it waits for its cleanup. The patch carries the `resourceVersion` it was computed from, so
+/// a concurrent change fails it (409) rather than overwriting others' finalizers.
+async fn add_finalizer(app: &Parent, ctx: &Context) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &app.namespace(), &app.kind.resource);
+    let mut finalizers = app.app.finalizers().to_vec();
+    finalizers.push(super::FINALIZER.to_string());
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": app.app.resource_version()},
+    });
+    api.patch(
+        &app.app.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// How the API server is reached for `key`'s kind: one of the policy's kinds (the guard passed
 /// every planned object and prunes only such kinds, so every kind a decision names is there).
 fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteError> {
@@ -240,7 +281,7 @@ fn api_for(w: &Writer<'_>, key: &ObjectKey) -> Result<Api<DynamicObject>, WriteE
     ))
 }
 
-/// Requests one reconcile has in flight at once (reads of unmanaged objects, applies): with the
+/// Requests one reconcile has in flight at once (creates, applies): with the
 /// reconciles in flight, what the host asks of the API server at a time.
 const IN_FLIGHT: usize = 4;
 
@@ -256,49 +297,34 @@ struct Writer<'a> {
     claims: std::collections::BTreeSet<&'a str>,
 }
 
-async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteError> {
-    // Ours means controlled by this App (owner reference with its uid): a label anyone in the
-    // namespace (or a plugin) can write proves nothing. Claims carry no owner reference (they
-    // outlive the App), so for them the label is all there is. Only objects the App does not
-    // manage yet cost a read, so a steady App costs none. The reads go out together (a new
-    // App's objects are all unmanaged); every one is checked before anything is written.
-    // (Collected first: a stream over a closure's futures trips the compiler's proof that the
-    // reconcile future is Send.)
-    let reads: Vec<_> = decision
-        .adopt
-        .iter()
-        .map(|key| read_unmanaged(w, key))
-        .collect();
-    let reads: Vec<_> = futures::stream::iter(reads)
-        .buffered(IN_FLIGHT)
-        .try_collect()
-        .await?;
-    for (key, read) in reads {
-        match read {
-            Ok(None) => {}
-            Ok(Some(existing)) if is_managed_by(&existing, key, w.parent) => {}
-            Ok(Some(_)) => {
-                return Err(WriteError::Refused(Failure::new(
-                    wasmop_core::conditions::reason::PLAN_REJECTED,
-                    format!(
-                        "plan rejected: {key} already exists and is not managed by this {}",
-                        w.parent.kind
-                    ),
-                )));
-            }
-            Err(source) => {
-                return Err(WriteError::Kube {
-                    what: format!("reading {key}"),
-                    source,
-                });
-            }
-        }
-    }
+async fn write_objects(
+    w: &Writer<'_>,
+    snapshot: &Snapshot,
+    decision: &Decision,
+) -> Result<(), WriteError> {
     claims_of_statefulsets(w, decision).await?;
-    // Wave by wave as the decision orders them, each wave in parallel.
+    // Wave by wave as the decision orders them, each wave in parallel. (Collected first: a
+    // stream over a closure's futures trips the compiler's proof that the reconcile future is
+    // Send.)
     for wave in decision.waves() {
-        let applies: Vec<_> = wave.iter().map(|o| apply(w, o)).collect();
-        futures::stream::iter(applies)
+        let writes: Vec<_> = wave
+            .iter()
+            .map(|object| {
+                let key = key_of(object);
+                let adopt = decision.adopt.contains(&key);
+                let create_owned = snapshot.observed.iter().any(|o| {
+                    o.create_owned
+                        && (o.api_version.as_str(), o.kind.as_str(), o.name.as_str())
+                            == (
+                                key.api_version.as_str(),
+                                key.kind.as_str(),
+                                key.name.as_str(),
+                            )
+                });
+                write_object(w, key, object, adopt, create_owned)
+            })
+            .collect();
+        futures::stream::iter(writes)
             .buffered(IN_FLIGHT)
             .try_collect::<Vec<()>>()
             .await?;
@@ -313,6 +339,214 @@ async fn write_objects(w: &Writer<'_>, decision: &Decision) -> Result<(), WriteE
         delete(w, key, "expiring backup").await?;
     }
     Ok(())
+}
+
+fn key_of(object: &PluginObject) -> ObjectKey {
+    ObjectKey {
+        api_version: object.api_version().to_string(),
+        kind: object.kind().to_string(),
+        name: object.name().to_string(),
+    }
+}
+
+/// Writes one planned object. One the App does not manage yet (`adopt`) is created, which
+/// fails if the object exists: a new App's objects cost one request each, not a read and an
+/// apply. Ours means controlled by this App (owner reference with its uid): a label anyone in
+/// the namespace (or a plugin) can write proves nothing; claims carry no owner reference (they
+/// outlive the App), so for them the label is all there is. An existing object is read and
+/// refused unless it is the App's; then, as every object the App manages, it is applied. A
+/// refused object stops the decision, but objects created before it in the same or an earlier
+/// wave stay (they are the App's, and pruned or collected with it as any other).
+async fn write_object(
+    w: &Writer<'_>,
+    key: ObjectKey,
+    object: &PluginObject,
+    adopt: bool,
+    create_owned: bool,
+) -> Result<(), WriteError> {
+    let api = api_for(w, &key)?;
+    if adopt {
+        let existing = match create(w, &api, &key, object).await? {
+            Created::New => return Ok(()),
+            Created::Exists(existing) => existing,
+        };
+        if !is_managed_by(&existing, &key, w.parent) {
+            return Err(WriteError::Refused(Failure::new(
+                wasmop_core::conditions::reason::PLAN_REJECTED,
+                format!(
+                    "plan rejected: {key} already exists and is not managed by this {}",
+                    w.parent.kind
+                ),
+            )));
+        }
+        hand_over(w, &api, &key, &existing).await?;
+    } else if create_owned {
+        match api.get_opt(&key.name).await {
+            Ok(Some(existing)) => hand_over(w, &api, &key, &existing).await?,
+            Ok(None) => {}
+            Err(source) => {
+                return Err(WriteError::Kube {
+                    what: format!("reading {key}"),
+                    source,
+                });
+            }
+        }
+    }
+    apply(w, &api, &key, object).await
+}
+
+/// What a create found.
+enum Created {
+    /// The object is new, as planned.
+    New,
+    /// An object of that name exists: as the API server has it now.
+    Exists(Box<DynamicObject>),
+}
+
+/// Creates `object` as the host's field manager; reads the object that is in the way if there
+/// is one. A create is checked by the API server as an apply is (admission, validation), so a
+/// refusal reads the same.
+async fn create(
+    w: &Writer<'_>,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    object: &PluginObject,
+) -> Result<Created, WriteError> {
+    let body: DynamicObject = serde_json::from_value(object.to_value()).map_err(|err| {
+        WriteError::Refused(Failure::new(
+            wasmop_core::conditions::reason::PLAN_REJECTED,
+            format!("{key}: not a Kubernetes object: {err}"),
+        ))
+    })?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &body).await {
+        Ok(_) => {
+            w.ctx.metrics.wrote("create", &key.kind);
+            Ok(Created::New)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            match api.get_opt(&key.name).await {
+                Ok(Some(existing)) => Ok(Created::Exists(Box::new(existing))),
+                // Gone since (a deletion finished): the next reconcile creates it.
+                Ok(None) => Err(WriteError::Kube {
+                    what: format!("creating {key}"),
+                    source: kube::Error::Api(status),
+                }),
+                Err(source) => Err(WriteError::Kube {
+                    what: format!("reading {key}"),
+                    source,
+                }),
+            }
+        }
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
+            Err(WriteError::Refused(Failure::new(
+                wasmop_core::conditions::reason::APPLY_REJECTED,
+                format!("applying {key}: {}", status.message),
+            )))
+        }
+        Err(source) => Err(WriteError::Kube {
+            what: format!("creating {key}"),
+            source,
+        }),
+    }
+}
+
+/// Hands the fields of the host's create (its `Update` entry in `managedFields`) over to its
+/// server-side apply entry, as kubectl's client-side to server-side apply upgrade does
+/// (`k8s.io/client-go/util/csaupgrade`): a field only the create's entry owned would survive
+/// every later apply that leaves it out. One patch of `managedFields`, on condition of the
+/// object's `resourceVersion`; nothing when the object has no such entry.
+async fn hand_over(
+    w: &Writer<'_>,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    existing: &DynamicObject,
+) -> Result<(), WriteError> {
+    let Some(entries) = handed_over(existing.managed_fields()) else {
+        return Ok(());
+    };
+    let patch = serde_json::json!({
+        "metadata": {
+            "managedFields": entries,
+            "resourceVersion": existing.resource_version(),
+        },
+    });
+    match api
+        .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            w.ctx.metrics.wrote("patch", &key.kind);
+            Ok(())
+        }
+        Err(source) => Err(WriteError::Kube {
+            what: format!("handing the fields of {key} over to server-side apply"),
+            source,
+        }),
+    }
+}
+
+/// `entries` with the host's create entries merged into its apply entry (made from the first
+/// of them if there is none), or `None` if there is no create entry.
+fn handed_over(entries: &[ManagedFieldsEntry]) -> Option<Vec<ManagedFieldsEntry>> {
+    let is_create = |e: &ManagedFieldsEntry| {
+        is_create_entry(
+            e.manager.as_deref(),
+            e.operation.as_deref(),
+            e.subresource.as_deref(),
+        )
+    };
+    let is_apply = |e: &ManagedFieldsEntry| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Apply")
+            && e.subresource.as_deref().is_none_or(str::is_empty)
+    };
+    let (created, mut kept): (Vec<_>, Vec<_>) = entries.iter().cloned().partition(is_create);
+    let mut created = created.into_iter();
+    let first = created.next()?;
+    let index = match kept.iter().position(is_apply) {
+        Some(index) => index,
+        None => {
+            kept.push(ManagedFieldsEntry {
+                operation: Some("Apply".into()),
+                ..first.clone()
+            });
+            kept.len() - 1
+        }
+    };
+    let apply = &mut kept[index];
+    let mut fields = apply
+        .fields_v1
+        .take()
+        .map_or_else(|| serde_json::json!({}), |f| f.0);
+    for entry in std::iter::once(first).chain(created) {
+        if let Some(more) = entry.fields_v1 {
+            union(&mut fields, more.0);
+        }
+    }
+    apply.fields_v1 = Some(FieldsV1(fields));
+    Some(kept)
+}
+
+/// Adds the field set `more` to `fields` (both in the `FieldsV1` trie format: objects keyed
+/// by `f:`, `k:`, `v:`, `i:` and `.`, empty objects at the leaves).
+fn union(fields: &mut serde_json::Value, more: serde_json::Value) {
+    match (fields, more) {
+        (serde_json::Value::Object(fields), serde_json::Value::Object(more)) => {
+            for (key, value) in more {
+                match fields.get_mut(&key) {
+                    Some(existing) => union(existing, value),
+                    None => {
+                        fields.insert(key, value);
+                    }
+                }
+            }
+        }
+        (fields, more) => *fields = more,
+    }
 }
 
 /// Refuses a decision whose StatefulSets would take over a claim that is not the App's. The
@@ -395,22 +629,12 @@ pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, app: &AppRef) ->
     ObservedObject::from_value(json, &app.uid).is_some_and(|o| o.is_managed_by(app))
 }
 
-/// `key` as the API server has it, if it exists.
-async fn read_unmanaged<'k>(
+async fn apply(
     w: &Writer<'_>,
-    key: &'k ObjectKey,
-) -> Result<(&'k ObjectKey, Result<Option<DynamicObject>, kube::Error>), WriteError> {
-    let api = api_for(w, key)?;
-    Ok((key, api.get_opt(&key.name).await))
-}
-
-async fn apply(w: &Writer<'_>, object: &PluginObject) -> Result<(), WriteError> {
-    let key = ObjectKey {
-        api_version: object.api_version().to_string(),
-        kind: object.kind().to_string(),
-        name: object.name().to_string(),
-    };
-    let api = api_for(w, &key)?;
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    object: &PluginObject,
+) -> Result<(), WriteError> {
     match api
         .patch(
             &key.name,
@@ -524,9 +748,83 @@ pub async fn publish(ctx: &Context, app: &Parent, event: &Event) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use prometheus_client::{encoding::text::encode, registry::Registry};
+    use serde_json::json;
 
-    use super::ReconcileMetrics;
+    use super::{ReconcileMetrics, handed_over};
+
+    fn entry(
+        manager: &str,
+        operation: &str,
+        subresource: Option<&str>,
+        fields: serde_json::Value,
+    ) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            api_version: Some("v1".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: subresource.map(str::to_string),
+            time: None,
+        }
+    }
+
+    /// A create's entry becomes the apply entry; with an apply entry beside it, the two field
+    /// sets are one; another manager's entries and the host's status entry are left alone.
+    #[test]
+    fn a_creates_fields_are_handed_over_to_the_apply_entry() {
+        let created = entry(
+            "wasmop",
+            "Update",
+            None,
+            json!({"f:data": {"f:a": {}, "f:b": {}}}),
+        );
+        let theirs = entry(
+            "kubectl-edit",
+            "Update",
+            None,
+            json!({"f:data": {"f:c": {}}}),
+        );
+        let status = entry("wasmop", "Update", Some("status"), json!({"f:status": {}}));
+        assert_eq!(handed_over(&[theirs.clone(), status.clone()]), None);
+
+        let alone = handed_over(&[created.clone(), theirs.clone()]).expect("a create entry");
+        assert_eq!(
+            alone,
+            [
+                theirs.clone(),
+                entry(
+                    "wasmop",
+                    "Apply",
+                    None,
+                    json!({"f:data": {"f:a": {}, "f:b": {}}})
+                )
+            ]
+        );
+
+        let applied = entry(
+            "wasmop",
+            "Apply",
+            None,
+            json!({"f:data": {"f:a": {}}, "f:metadata": {}}),
+        );
+        let merged = handed_over(&[applied, created, status.clone()]).expect("a create entry");
+        assert_eq!(
+            merged,
+            [
+                entry(
+                    "wasmop",
+                    "Apply",
+                    None,
+                    json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {}})
+                ),
+                status
+            ]
+        );
+    }
+
     use crate::plugin::metrics::PluginMetrics;
 
     /// Every `wasmop_*` metric the shipped dashboard and the README name is one the host

@@ -217,30 +217,33 @@ where
     let _running = ctx.health.reconcile_started(key.clone());
     let _active = ctx.metrics.active();
     let started = std::time::Instant::now();
-    let object = match with_finalizer(&api, object).await {
-        Ok(object) => object,
-        // The object changed since the cache saw it: its watch event is on the way, and the
-        // retry reads the finalizers again. Not a failure (no backoff, no warning).
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            ctx.metrics.reconciled("success", &mark, started);
-            return Ok(Action::requeue(Duration::from_millis(200)));
+    // Only a parent that carries the finalizer (the executor adds it when a decision needs it,
+    // [`wasmop_core::deletion::needs_finalizer`]) goes through kube's finalizer helper, which
+    // would otherwise add it to every parent. One without it that is being deleted goes with
+    // nothing to do: its objects follow through their owner references.
+    let result = if !object.finalizers().iter().any(|f| f == FINALIZER) {
+        match object.meta().deletion_timestamp {
+            Some(_) => Ok(Action::await_change()),
+            None => apply_parent(&parent_of(&object), ctx).await,
         }
-        Err(source) => {
-            ctx.metrics.reconciled("error", &mark, started);
-            return Err(Error::Kube {
+    } else {
+        finalizer(&api, FINALIZER, object, |event| async {
+            match event {
+                finalizer::Event::Apply(object) => apply_parent(&parent_of(&object), ctx).await,
+                finalizer::Event::Cleanup(object) => {
+                    cleanup::cleanup(&parent_of(&object), ctx).await
+                }
+            }
+        })
+        .await
+        .map_err(|err| match err {
+            finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+            other => Error::Finalizer {
                 app: label,
-                what: "adding the finalizer".into(),
-                source,
-            });
-        }
+                message: other.to_string(),
+            },
+        })
     };
-    let result = finalizer(&api, FINALIZER, object, |event| async {
-        match event {
-            finalizer::Event::Apply(object) => apply_parent(&parent_of(&object), ctx).await,
-            finalizer::Event::Cleanup(object) => cleanup::cleanup(&parent_of(&object), ctx).await,
-        }
-    })
-    .await;
     // `backoff`: the reconcile ran, but what it decided was a failure (a plugin fault, a plan
     // refused): the parent is retried with backoff like an error.
     let outcome = match &result {
@@ -249,44 +252,7 @@ where
         Ok(_) => "success",
     };
     ctx.metrics.reconciled(outcome, &mark, started);
-    result.map_err(|err| match err {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer {
-            app: label,
-            message: other.to_string(),
-        },
-    })
-}
-
-/// The object with the cleanup finalizer: added here, so that the same reconcile goes on to
-/// apply. kube's `finalizer` helper adds it and returns, leaving the work to the reconcile its
-/// own write triggers: a second round trip through the watch and the queue for every new
-/// parent (the controllers' predicates ignore the host's own finalizer, see
-/// `controller::app_changed`). The patch carries the `resourceVersion` it was computed from,
-/// so a concurrent change fails it (409) rather than overwriting others' finalizers; the retry
-/// reads them again.
-async fn with_finalizer<K>(api: &Api<K>, object: Arc<K>) -> Result<Arc<K>, kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    if object.meta().deletion_timestamp.is_some()
-        || object.finalizers().iter().any(|f| f == FINALIZER)
-    {
-        return Ok(object);
-    }
-    let mut finalizers = object.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()},
-    });
-    let patched = api
-        .patch(
-            &object.name_any(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(Arc::new(patched))
+    result
 }
 
 /// What the App controller does after a failed reconcile.

@@ -7,14 +7,20 @@ use kube::{
 
 use crate::{app::AppStatus, parent::Parent};
 
-/// Writes `status` if it differs from what the parent has; returns whether it wrote. The
-/// status of every kind is the App's (a bound kind's CRD carries the same status schema).
+/// Writes `status` if it differs from what the parent has (a parent without a status has the
+/// empty one, which the decision keeps while it leaves the first status to the next reconcile);
+/// returns whether it wrote. The status of every kind is the App's (a bound kind's CRD carries
+/// the same status schema).
 pub async fn write(
     client: &Client,
     parent: &Parent,
     status: &AppStatus,
 ) -> Result<bool, kube::Error> {
-    if parent.app.status.as_ref() == Some(status) {
+    let unchanged = match &parent.app.status {
+        Some(current) => current == status,
+        None => *status == AppStatus::default(),
+    };
+    if unchanged {
         return Ok(false);
     }
     let patch = serde_json::json!({

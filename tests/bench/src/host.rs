@@ -33,6 +33,10 @@ pub struct HostSpec {
     pub concurrency: u16,
     /// Where its log goes.
     pub log: PathBuf,
+    /// Its Pod name (the leader election's identity), `bench-<namespace>` if `None`.
+    pub pod_name: Option<String>,
+    /// Arguments besides (`--leader-elect` ...).
+    pub extra_args: Vec<String>,
 }
 
 /// A running host.
@@ -79,7 +83,13 @@ impl Host {
             .args(["--allow-private-registries", "127.0.0.0/8"])
             .args(["--log-format", "json"])
             .env("KUBECONFIG", &spec.kubeconfig)
-            .env("POD_NAME", format!("bench-{}", spec.namespace))
+            .args(&spec.extra_args)
+            .env(
+                "POD_NAME",
+                spec.pod_name
+                    .clone()
+                    .unwrap_or_else(|| format!("bench-{}", spec.namespace)),
+            )
             // The controller's per-App "reconciled" line is how the restart scenario tells that
             // every App was reconciled once; nothing else is logged below info.
             .env("RUST_LOG", "info,wasmop_host::controller=debug")
@@ -206,22 +216,36 @@ pub fn reconciled_apps(
     from_byte: u64,
     plugin_of: impl Fn(&str) -> &'static str,
 ) -> anyhow::Result<std::collections::HashSet<String>> {
+    reconciled_after(log, from_byte, from_byte, plugin_of)
+}
+
+/// As [`reconciled_apps`], the plugin loads counted from byte `loaded_from` and the reconciles
+/// from byte `served_from` on: a warm standby loaded its plugins before it led.
+pub fn reconciled_after(
+    log: &Path,
+    loaded_from: u64,
+    served_from: u64,
+    plugin_of: impl Fn(&str) -> &'static str,
+) -> anyhow::Result<std::collections::HashSet<String>> {
     use std::io::{Read, Seek};
     let mut file = std::fs::File::open(log)?;
-    file.seek(std::io::SeekFrom::Start(from_byte))?;
+    file.seek(std::io::SeekFrom::Start(loaded_from))?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
     let mut loaded = std::collections::HashSet::new();
     let mut served = std::collections::HashSet::new();
-    for line in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-    {
+    let mut at = loaded_from;
+    for raw in text.lines() {
+        let counts = at >= served_from;
+        at += raw.len() as u64 + 1;
+        let Ok(line) = serde_json::from_str::<serde_json::Value>(raw) else {
+            continue;
+        };
         match line["message"].as_str() {
             Some("plugin loaded") => {
                 loaded.insert(line["plugin"].as_str().unwrap_or_default().to_string());
             }
-            Some("reconciled") => {
+            Some("reconciled") if counts => {
                 let app = line["app"].as_str().unwrap_or_default();
                 if loaded.contains(plugin_of(app)) {
                     served.insert(app.to_string());
@@ -231,6 +255,26 @@ pub fn reconciled_apps(
         }
     }
     Ok(served)
+}
+
+/// The byte offset in `log` (from `from_byte` on) of the first line whose message is
+/// `message`, if there is one yet.
+pub fn offset_of(log: &Path, from_byte: u64, message: &str) -> anyhow::Result<Option<u64>> {
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(log)?;
+    file.seek(std::io::SeekFrom::Start(from_byte))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let mut at = from_byte;
+    for raw in text.lines() {
+        if serde_json::from_str::<serde_json::Value>(raw)
+            .is_ok_and(|line| line["message"] == message)
+        {
+            return Ok(Some(at));
+        }
+        at += raw.len() as u64 + 1;
+    }
+    Ok(None)
 }
 
 /// Whether the host loaded `plugin` (by its metadata name) from its compiled cache, as the first

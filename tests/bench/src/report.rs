@@ -75,11 +75,11 @@ fn markdown(results: &Results, day: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
+        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | requests per App | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for run in &results.runs {
         let bare = results
@@ -96,13 +96,14 @@ fn markdown(results: &Results, day: &str) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} + {} | {} | {:.1} | {:.1} | {} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} + {} | {} | {:.1} | {:.1} | {} | {:.2} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             run.hello,
             run.kvstore,
             run.variant,
             run.converge_s,
             run.ready_s,
             ratio,
+            per_app(run, run.requests.total()),
             opt(run.converge_host_cpu_s, 1),
             opt(run.control_plane_cpu_s, 1),
             opt(run.host_cpu_s, 1),
@@ -119,6 +120,7 @@ fn markdown(results: &Results, day: &str) -> String {
             opt(run.plugin_calls.filter(|_| run.variant != "native"), 0),
         );
     }
+    requests_by_kind(&mut s, results);
     let hosts: Vec<&Run> = results.runs.iter().filter(|r| r.idle.is_some()).collect();
     if !hosts.is_empty() {
         let _ = writeln!(
@@ -152,6 +154,33 @@ fn markdown(results: &Results, day: &str) -> String {
             );
         }
     }
+    let failovers: Vec<&Run> = results
+        .runs
+        .iter()
+        .filter(|r| !r.failover.is_empty())
+        .collect();
+    if !failovers.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nLeader `kill -9` with a standby waiting (lease 15 s):\n\n| N | variant | standby | standby ready s | standby RSS MiB | led s after the kill | every App reconciled s after leading |\n|---|---|---|---|---|---|---|"
+        );
+        for run in failovers {
+            for f in &run.failover {
+                let _ = writeln!(
+                    s,
+                    "| {} + {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.2} |",
+                    run.hello,
+                    run.kvstore,
+                    run.variant,
+                    if f.warm { "warm" } else { "cold" },
+                    f.standby_ready_s,
+                    f.standby_rss_mib,
+                    f.led_after_kill_s,
+                    f.all_reconciled_s,
+                );
+            }
+        }
+    }
     if !results.plugins.is_empty() {
         let _ = writeln!(s, "\n| distinct plugins | host RSS MiB |\n|---|---|");
         for step in &results.plugins {
@@ -177,6 +206,53 @@ fn markdown(results: &Results, day: &str) -> String {
         let _ = writeln!(s, "\nFailed: {why}");
     }
     s
+}
+
+/// `count` per App of `run`.
+fn per_app(run: &Run, count: u64) -> f64 {
+    count as f64 / (run.hello + run.kvstore).max(1) as f64
+}
+
+/// Where the requests of the converge go, per App, for each N: a row per verb and resource, a
+/// column per variant.
+fn requests_by_kind(s: &mut String, results: &Results) {
+    let mut sizes: Vec<(usize, usize)> =
+        results.runs.iter().map(|r| (r.hello, r.kvstore)).collect();
+    sizes.dedup();
+    for (hello, kvstore) in sizes {
+        let runs: Vec<&Run> = results
+            .runs
+            .iter()
+            .filter(|r| (r.hello, r.kvstore) == (hello, kvstore))
+            .collect();
+        let kinds: std::collections::BTreeSet<&String> =
+            runs.iter().flat_map(|r| r.requests.0.keys()).collect();
+        let _ = writeln!(
+            s,
+            "\nRequests per App while converging {hello} + {kvstore}, by verb and resource:\n"
+        );
+        let _ = writeln!(
+            s,
+            "| request | {} |",
+            runs.iter()
+                .map(|r| r.variant.as_str())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(s, "|---|{}", "---|".repeat(runs.len()));
+        for kind in kinds {
+            let cells: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{:.2}",
+                        per_app(r, r.requests.0.get(kind).copied().unwrap_or(0))
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", kind.trim(), cells.join(" | "));
+        }
+    }
 }
 
 /// The bound-kinds scenario: the host's memory step by step, what each step added per item,

@@ -28,7 +28,7 @@ pub use bound::BoundKinds;
 use crate::{
     Args,
     audit::{AuditLog, Requests},
-    host::{Host, HostSpec, reconciled_apps},
+    host::{Host, HostSpec, offset_of, reconciled_after, reconciled_apps},
     workload::{self, AppDef, Plugin, Tracker},
 };
 
@@ -150,6 +150,23 @@ pub struct Run {
     pub swap: Option<Swap>,
     /// The restart from the compiled cache.
     pub restart: Option<Restart>,
+    /// A leader killed with a standby waiting: cold, then warm.
+    pub failover: Vec<Failover>,
+}
+
+/// A leader `kill -9`ed with a standby waiting.
+#[derive(Debug, Serialize)]
+pub struct Failover {
+    /// Whether the standby was warm (`--warm-standby`).
+    pub warm: bool,
+    /// Seconds from the standby's start until it was ready.
+    pub standby_ready_s: f64,
+    /// The standby's resident memory while it waited, MiB.
+    pub standby_rss_mib: f64,
+    /// Seconds from the kill until the standby led (the lease running out on its clock).
+    pub led_after_kill_s: f64,
+    /// Seconds from its leading until it had reconciled every App once.
+    pub all_reconciled_s: f64,
 }
 
 /// An idle host with every App Ready.
@@ -308,6 +325,8 @@ impl Env {
             cache_key_file: self.dir.join("cache.key"),
             concurrency,
             log: self.dir.join(format!("{namespace}.log")),
+            pod_name: None,
+            extra_args: Vec::new(),
         })
     }
 
@@ -806,6 +825,13 @@ async fn hosted(
     let restart = restart?;
     log(format!("{} N={n} restart: {restart:?}", variant.name()));
 
+    let mut failover = Vec::new();
+    for warm in [false, true] {
+        let one = fail_over(&spec, defs.len(), warm, timeout).await?;
+        log(format!("{} N={n} failover: {one:?}", variant.name()));
+        failover.push(one);
+    }
+
     Ok(Run {
         variant: variant.name().into(),
         hello,
@@ -830,6 +856,86 @@ async fn hosted(
         idle: Some(idle),
         swap: Some(swap),
         restart: Some(restart),
+        failover,
+    })
+}
+
+/// A leader and a standby (`warm` or cold) on `spec`'s namespace, the leader `kill -9`ed once
+/// it has reconciled all `apps`: how long the standby took to lead (the lease running out on
+/// its clock) and then to reconcile every App once.
+async fn fail_over(
+    spec: &HostSpec,
+    apps: usize,
+    warm: bool,
+    timeout: Duration,
+) -> anyhow::Result<Failover> {
+    let elect = |who: &str| {
+        let mut spec = spec.clone();
+        spec.pod_name = Some(format!("bench-{}-{who}", spec.namespace));
+        spec.log = spec.log.with_extension(format!("{who}.log"));
+        spec.extra_args = vec![
+            "--leader-elect".into(),
+            "--lease-namespace".into(),
+            spec.namespace.clone(),
+            "--warm-standby".into(),
+            warm.to_string(),
+        ];
+        spec
+    };
+    let plugin_of = |app: &str| {
+        if app.contains("/kv-") {
+            "kvstore"
+        } else {
+            "hello"
+        }
+    };
+    let (leader_spec, standby_spec) = (elect("leader"), elect("standby"));
+    let _ = std::fs::remove_file(&leader_spec.log);
+    let _ = std::fs::remove_file(&standby_spec.log);
+    let leader = Host::start(&leader_spec).await?;
+    let deadline = Instant::now() + timeout;
+    while reconciled_after(&leader_spec.log, 0, 0, plugin_of)?.len() < apps {
+        if Instant::now() > deadline {
+            bail!(
+                "the leader did not reconcile all {apps} Apps; see {}",
+                leader_spec.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let standby = Host::start(&standby_spec).await?;
+    let standby_ready_s = standby.started.elapsed().as_secs_f64();
+    // Settled: the warm standby's plugins loaded, its caches synced.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let standby_rss_mib = standby.memory_mib()?.rss;
+    leader.kill().await?;
+    let killed = Instant::now();
+    let (led_at, leading) = loop {
+        if let Some(at) = offset_of(&standby_spec.log, 0, "leading")? {
+            break (at, Instant::now());
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("the standby did not lead within 60 s of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let led_after_kill_s = killed.elapsed().as_secs_f64();
+    let all_reconciled_s = loop {
+        if reconciled_after(&standby_spec.log, 0, led_at, plugin_of)?.len() >= apps {
+            break leading.elapsed().as_secs_f64();
+        }
+        if leading.elapsed() > timeout {
+            bail!("the new leader did not reconcile all {apps} Apps");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    standby.stop().await?;
+    Ok(Failover {
+        warm,
+        standby_ready_s,
+        standby_rss_mib,
+        led_after_kill_s,
+        all_reconciled_s,
     })
 }
 

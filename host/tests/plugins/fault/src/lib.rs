@@ -217,6 +217,16 @@ impl spec_diff::Guest for Fault {
         };
         let objects = match fault {
             "none" => vec![object("fine".into())],
+            // `none`'s ConfigMap with one key more: an App moved from `extra` to `none` must
+            // lose it (the host's create must not keep it).
+            "extra" => vec![
+                serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "fault"},
+                    "data": {"payload": "fine", "extra": "planned once"}
+                })
+                .to_string(),
+            ],
             "count" => vec![object(
                 (CALLS.fetch_add(1, Ordering::SeqCst) + 1).to_string(),
             )],
