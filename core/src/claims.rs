@@ -100,6 +100,12 @@ impl StatefulSetClaims {
         }
     }
 
+    /// Whether the set makes claims at all: it has claim templates, whatever its replicas now
+    /// (a set scaled to 0 makes claims again when scaled up, outside any plan).
+    pub fn makes_claims(&self) -> bool {
+        !self.templates.is_empty()
+    }
+
     /// How many claims.
     pub fn count(&self) -> u64 {
         self.replicas.saturating_mul(self.templates.len() as u64)

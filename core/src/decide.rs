@@ -72,6 +72,8 @@ pub struct Snapshot {
     pub observed: Vec<ObservedObject>,
     /// The clock.
     pub now: Timestamp,
+    /// When the App was made (`metadata.creationTimestamp`), if known.
+    pub created: Option<Timestamp>,
     /// Whether the App's plugin can be called.
     pub plugin: PluginState,
 }
@@ -251,8 +253,8 @@ pub fn decide(snapshot: &Snapshot, calls: &mut dyn PluginCalls, check: &dyn Plan
 
 /// The decision when reading or performing failed in a way the App's author must hear about (a
 /// kind the policy adds could not be listed, an apply the API server refused as invalid, an
-/// object the App does not own): nothing is written but the status, which says why, and the
-/// App backs off.
+/// object the App does not own): nothing more is written but the status, which says why (what
+/// the executor wrote before the failure stays), and the App backs off.
 pub fn failed(snapshot: &Snapshot, failure: Failure) -> Decision {
     let status = match &snapshot.plugin {
         PluginState::Serving { status, .. } => Some(status),
@@ -751,14 +753,18 @@ fn finish(
 
 /// How long a new App on its way may go without a status: its first is written when it is
 /// Ready, when something is wrong, or once its first objects are this old, whichever comes
-/// first.
+/// first...
 pub const FIRST_STATUS_WAIT: Duration = Duration::from_secs(10);
+/// ...and never later than this after the App was made, whatever keeps its objects young (a
+/// Job that goes once done, an object someone keeps deleting).
+pub const FIRST_STATUS_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long the first status of the App of `snapshot` is left unwritten, if it is: the App has
 /// none yet, it is on its way (`Reconciling`, not `Stalled`, no news, no backup slot taken,
 /// whose record is what keeps it from running twice), and its first objects (those it owns)
 /// were made less than [`FIRST_STATUS_WAIT`] ago, or are being made now (an App with no
-/// object to make gets its status at once). Then the status it
+/// object to make gets its status at once), and the App itself less than
+/// [`FIRST_STATUS_LIMIT`] ago. Then the status it
 /// reaches on the way (Ready, often) is its first: one status write where nothing changed in
 /// between, not a `Reconciling` one per progress step and then a `Ready` one (issue 42).
 /// Until then the App has no status, which kstatus reads as in progress, as it is.
@@ -782,6 +788,13 @@ fn first_status_wait(
     if !on_its_way {
         return None;
     }
+    let age_of = |made: Timestamp| {
+        Duration::try_from(snapshot.now.duration_since(made)).unwrap_or(Duration::ZERO)
+    };
+    let limit = match snapshot.created {
+        Some(created) => FIRST_STATUS_LIMIT.checked_sub(age_of(created))?,
+        None => FIRST_STATUS_LIMIT,
+    };
     let first_made = snapshot
         .observed
         .iter()
@@ -794,15 +807,14 @@ fn first_status_wait(
         })
         .min();
     let age = match first_made {
-        Some(made) => {
-            Duration::try_from(snapshot.now.duration_since(made)).unwrap_or(Duration::ZERO)
-        }
+        Some(made) => age_of(made),
         // Being made now; an App with nothing to make has nothing to wait for.
         None if !writes.adopt.is_empty() => Duration::ZERO,
         None => return None,
     };
     FIRST_STATUS_WAIT
         .checked_sub(age)
+        .map(|left| left.min(limit))
         .filter(|left| !left.is_zero())
 }
 

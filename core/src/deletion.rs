@@ -42,7 +42,7 @@ pub fn needs_finalizer(
             (o.api_version() == "v1" && o.kind() == "PersistentVolumeClaim")
                 || (o.api_version() == "apps/v1"
                     && o.kind() == "StatefulSet"
-                    && crate::claims::StatefulSetClaims::of(o).count() > 0)
+                    && crate::claims::StatefulSetClaims::of(o).makes_claims())
         })
         || observed
             .iter()

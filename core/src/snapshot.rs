@@ -70,6 +70,7 @@ pub fn from_json(
         app: app_ref,
         previous,
         observed,
+        created: text("/metadata/creationTimestamp").and_then(|t| t.parse().ok()),
         now,
         plugin,
     })

@@ -32,6 +32,7 @@ pub fn snapshot_with(
         previous,
         observed,
         now: Timestamp::from_second(1_800_000_000).expect("time"),
+        created: Timestamp::from_second(1_800_000_000 - 1).ok(),
         plugin,
     }
 }

@@ -201,7 +201,6 @@ fn perform(before: &[ObservedObject], decision: &Decision) -> Vec<ObservedObject
             kind: object.kind().into(),
             name: object.name().into(),
             owned: object.kind() != "PersistentVolumeClaim",
-            create_owned: false,
             backup_slot: json
                 .pointer(&format!(
                     "/metadata/labels/{}",
@@ -332,7 +331,6 @@ fn claims_backup_jobs_foreign_and_unprunable_objects_are_never_pruned() {
         name: name.into(),
         owned,
         backup_slot: slot.map(str::to_string),
-        create_owned: false,
         json: json!({}),
     };
     let live = vec![
@@ -1028,4 +1026,58 @@ fn only_finalize_or_claims_need_the_finalizer() {
     .expect("a claim");
     let with_claim = snapshot(AppStatus::default(), vec![kept]);
     assert!(decide(&with_claim, &mut Script::new(vec![cm("a", "1")]), &Check).finalizer);
+}
+
+/// A new App on its way gets its first status once its first objects are 10 s old, and never
+/// later than a minute after it was made, however young its objects stay.
+#[test]
+fn a_first_status_waits_ten_seconds_at_most_and_a_minute_for_ever_young_objects() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.caps.insert(Capability::Health);
+    plugin.health = Some((HealthState::Progressing, false));
+    let made = |secs_before: i64| {
+        let mut object = ObservedObject::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a",
+                "ownerReferences": [{"uid": "u-1", "controller": true}],
+                "creationTimestamp": Timestamp::from_second(1_800_000_000 - secs_before)
+                    .expect("time").to_string()}}),
+            "u-1",
+        )
+        .expect("an object");
+        object.owned = true;
+        object
+    };
+    let young = snapshot(AppStatus::default(), vec![made(4)]);
+    let d = decide(&young, &mut plugin, &Check);
+    assert_eq!(d.status, AppStatus::default(), "4 s old: no status yet");
+    assert_eq!(d.requeue, Requeue::After(SHORT_REQUEUE));
+    let d = decide(
+        &snapshot(AppStatus::default(), vec![made(8)]),
+        &mut plugin,
+        &Check,
+    );
+    assert_eq!(
+        d.requeue,
+        Requeue::After(Duration::from_secs(2)),
+        "2 s left"
+    );
+    let d = decide(
+        &snapshot(AppStatus::default(), vec![made(10)]),
+        &mut plugin,
+        &Check,
+    );
+    assert_eq!(
+        condition(&d.status, "Reconciling").0,
+        "True",
+        "10 s old: written"
+    );
+
+    let mut old_app = snapshot(AppStatus::default(), vec![made(1)]);
+    old_app.created = Timestamp::from_second(1_800_000_000 - 60).ok();
+    let d = decide(&old_app, &mut plugin, &Check);
+    assert_eq!(
+        condition(&d.status, "Reconciling").0,
+        "True",
+        "a minute old: written"
+    );
 }

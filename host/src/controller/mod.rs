@@ -247,9 +247,7 @@ pub async fn run(
                 tracing::debug!(cache = &*what, "cache synced");
             }
             tracing::info!("caches synced");
-            if !*leading.borrow() {
-                warm_up(&warm_ctx, &warm_apps).await;
-            }
+            warm_up(&warm_ctx, &warm_apps, &leading).await;
             ready();
             // A standby keeps its caches current (the reflectors run on) and loads the plugin
             // of every App that appears or changes meanwhile (`add_users` above keeps those
@@ -339,10 +337,12 @@ fn warm_pass(ctx: &Context, apps: &Store<App>) -> usize {
         .count()
 }
 
-/// [`warm_pass`] until no App waits for its plugin any more or [`WARM_UP_LIMIT`] has passed.
-async fn warm_up(ctx: &Context, apps: &Store<App>) {
+/// [`warm_pass`] until no App waits for its plugin any more, [`WARM_UP_LIMIT`] has passed, or
+/// this replica leads (it then reconciles, which loads what is left; a replica that takes the
+/// lease while warming up, as in a rolling update, must not wait for its warm-up).
+async fn warm_up(ctx: &Context, apps: &Store<App>, leading: &tokio::sync::watch::Receiver<bool>) {
     let started = std::time::Instant::now();
-    loop {
+    while !*leading.borrow() {
         let loading = warm_pass(ctx, apps);
         if loading == 0 {
             tracing::info!(

@@ -149,8 +149,8 @@ pub(super) async fn diff(
     let namespace = app.namespace.clone();
     let mut out = String::new();
     let dry_run = PatchParams::apply(FIELD_MANAGER).force().dry_run();
-    // Read everything first: the host refuses the whole plan if any planned object exists and
-    // is not the App's, and then applies nothing at all.
+    // Read everything first: the host refuses the plan if a planned object exists and is not
+    // the App's (when it comes to that object: what its waves created before stays).
     let mut reads = Vec::new();
     for planned in decision["apply"].as_array().into_iter().flatten() {
         let (api_version, kind) = (
@@ -195,7 +195,10 @@ pub(super) async fn diff(
                 printable(&key.to_string())
             ));
         }
-        out.push_str("! the host would refuse the whole plan and apply nothing (PlanRejected)\n");
+        out.push_str(
+            "! the host would refuse the plan (PlanRejected) at the first of these, having \
+             created only what comes before it in the plan's waves\n",
+        );
         return Ok(out);
     }
     for (planned, key, api, current) in reads {

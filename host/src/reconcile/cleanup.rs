@@ -70,6 +70,7 @@ pub async fn cleanup(parent: &Parent, ctx: &Context) -> Result<Action, Error> {
         previous: app.status.clone().unwrap_or_default(),
         observed,
         now,
+        created: app.metadata.creation_timestamp.as_ref().map(|t| t.0),
         plugin,
     };
     let deletion = match loaded {

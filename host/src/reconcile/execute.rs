@@ -27,12 +27,12 @@ use wasmop_core::{
     decide::{self, NoPlugin},
     guard::PlanPolicy,
     object::PluginObject,
-    observed::{FIELD_MANAGER, ObservedObject, is_create_entry, labelled_for},
+    observed::{ObservedObject, labelled_for},
     stamp::AppRef,
 };
 
 use super::{Context, Error, prepare::Prepared, status};
-use crate::{controller::kinds::api_resource, parent::Parent};
+use crate::{controller::kinds::api_resource, parent::Parent, write::FIELD_MANAGER};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -164,7 +164,13 @@ enum WriteError {
     Refused(Failure),
     /// The API call failed; retried with backoff.
     Kube { what: String, source: kube::Error },
+    /// An object changed between the host's look at it and its write (a precondition failed):
+    /// its watch event is on the way, and a reconcile soon reads it again. Not a failure.
+    Changed,
 }
+
+/// How soon a reconcile whose write found its object changed looks again.
+const CHANGED_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Performs `decision`; returns when to look again.
 pub async fn execute(
@@ -180,7 +186,7 @@ pub async fn execute(
             // The parent changed since the cache saw it: its watch event is on the way, and
             // the retry reads the finalizers again. Not a failure (no backoff, no warning).
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+                return Ok(Action::requeue(CHANGED_RETRY));
             }
             Err(source) => {
                 return Err(Error::Kube {
@@ -215,6 +221,7 @@ pub async fn execute(
                 source,
             });
         }
+        Err(WriteError::Changed) => return Ok(Action::requeue(CHANGED_RETRY)),
     };
     let wrote = status::write(&ctx.client, app, &decision.status)
         .await
@@ -312,16 +319,24 @@ async fn write_objects(
             .map(|object| {
                 let key = key_of(object);
                 let adopt = decision.adopt.contains(&key);
-                let create_owned = snapshot.observed.iter().any(|o| {
-                    o.create_owned
-                        && (o.api_version.as_str(), o.kind.as_str(), o.name.as_str())
+                // The object the decision found the App's, by uid: the apply must reach that
+                // one, not one made since under the same name.
+                let uid = snapshot
+                    .observed
+                    .iter()
+                    .find(|o| {
+                        (o.api_version.as_str(), o.kind.as_str(), o.name.as_str())
                             == (
                                 key.api_version.as_str(),
                                 key.kind.as_str(),
                                 key.name.as_str(),
                             )
-                });
-                write_object(w, key, object, adopt, create_owned)
+                    })
+                    .filter(|_| !adopt)
+                    .and_then(|o| o.json.pointer("/metadata/uid"))
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_string);
+                write_object(w, key, object, adopt, uid)
             })
             .collect();
         futures::stream::iter(writes)
@@ -354,18 +369,24 @@ fn key_of(object: &PluginObject) -> ObjectKey {
 /// apply. Ours means controlled by this App (owner reference with its uid): a label anyone in
 /// the namespace (or a plugin) can write proves nothing; claims carry no owner reference (they
 /// outlive the App), so for them the label is all there is. An existing object is read and
-/// refused unless it is the App's; then, as every object the App manages, it is applied. A
-/// refused object stops the decision, but objects created before it in the same or an earlier
-/// wave stay (they are the App's, and pruned or collected with it as any other).
+/// refused unless it is the App's; then, as every object the App manages, it is applied, on
+/// condition of the uid the host checked (`uid`, or the one just read). A refused object stops
+/// the decision, but objects created before it in the same or an earlier wave stay (they are
+/// the App's, and pruned or collected with it as any other).
+///
+/// The host's create leaves the object's fields to an `Update` entry of its field manager in
+/// `managedFields`, and server-side apply never removes a field only another entry owns: such
+/// an object, found by the apply's answer, has that entry handed over to the apply entry
+/// ([`hand_over`]) and is applied once more, so a field the plan dropped goes.
 async fn write_object(
     w: &Writer<'_>,
     key: ObjectKey,
     object: &PluginObject,
     adopt: bool,
-    create_owned: bool,
+    uid: Option<String>,
 ) -> Result<(), WriteError> {
     let api = api_for(w, &key)?;
-    if adopt {
+    let uid = if adopt {
         let existing = match create(w, &api, &key, object).await? {
             Created::New => return Ok(()),
             Created::Exists(existing) => existing,
@@ -380,19 +401,15 @@ async fn write_object(
             )));
         }
         hand_over(w, &api, &key, &existing).await?;
-    } else if create_owned {
-        match api.get_opt(&key.name).await {
-            Ok(Some(existing)) => hand_over(w, &api, &key, &existing).await?,
-            Ok(None) => {}
-            Err(source) => {
-                return Err(WriteError::Kube {
-                    what: format!("reading {key}"),
-                    source,
-                });
-            }
-        }
+        existing.uid()
+    } else {
+        uid
+    };
+    let applied = apply(w, &api, &key, object, uid.as_deref()).await?;
+    if hand_over(w, &api, &key, &applied).await? {
+        apply(w, &api, &key, object, uid.as_deref()).await?;
     }
-    apply(w, &api, &key, object).await
+    Ok(())
 }
 
 /// What a create found.
@@ -430,13 +447,10 @@ async fn create(
         Err(kube::Error::Api(status)) if status.code == 409 => {
             match api.get_opt(&key.name).await {
                 Ok(Some(existing)) => Ok(Created::Exists(Box::new(existing))),
-                // Gone since (a deletion finished): the next reconcile creates it.
-                Ok(None) => Err(WriteError::Kube {
-                    what: format!("creating {key}"),
-                    source: kube::Error::Api(status),
-                }),
+                // Gone since (a deletion finished): a reconcile soon creates it.
+                Ok(None) => Err(WriteError::Changed),
                 Err(source) => Err(WriteError::Kube {
-                    what: format!("reading {key}"),
+                    what: format!("reading {key}, which exists"),
                     source,
                 }),
             }
@@ -444,7 +458,7 @@ async fn create(
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
             Err(WriteError::Refused(Failure::new(
                 wasmop_core::conditions::reason::APPLY_REJECTED,
-                format!("applying {key}: {}", status.message),
+                format!("creating {key}: {}", status.message),
             )))
         }
         Err(source) => Err(WriteError::Kube {
@@ -458,15 +472,15 @@ async fn create(
 /// server-side apply entry, as kubectl's client-side to server-side apply upgrade does
 /// (`k8s.io/client-go/util/csaupgrade`): a field only the create's entry owned would survive
 /// every later apply that leaves it out. One patch of `managedFields`, on condition of the
-/// object's `resourceVersion`; nothing when the object has no such entry.
+/// object's `resourceVersion`; whether there was such an entry to hand over.
 async fn hand_over(
     w: &Writer<'_>,
     api: &Api<DynamicObject>,
     key: &ObjectKey,
     existing: &DynamicObject,
-) -> Result<(), WriteError> {
+) -> Result<bool, WriteError> {
     let Some(entries) = handed_over(existing.managed_fields()) else {
-        return Ok(());
+        return Ok(false);
     };
     let patch = serde_json::json!({
         "metadata": {
@@ -480,8 +494,10 @@ async fn hand_over(
     {
         Ok(_) => {
             w.ctx.metrics.wrote("patch", &key.kind);
-            Ok(())
+            Ok(true)
         }
+        // Written since (a controller's status, say): a reconcile soon looks again.
+        Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Changed),
         Err(source) => Err(WriteError::Kube {
             what: format!("handing the fields of {key} over to server-side apply"),
             source,
@@ -489,22 +505,26 @@ async fn hand_over(
     }
 }
 
+/// Whether a `managedFields` entry is the host's create's: manager [`FIELD_MANAGER`], operation
+/// `Update`, on the object itself (not a subresource).
+fn is_create_entry(entry: &ManagedFieldsEntry) -> bool {
+    entry.manager.as_deref() == Some(FIELD_MANAGER)
+        && entry.operation.as_deref() == Some("Update")
+        && entry.subresource.as_deref().is_none_or(str::is_empty)
+}
+
 /// `entries` with the host's create entries merged into its apply entry (made from the first
-/// of them if there is none), or `None` if there is no create entry.
+/// of them if there is none), or `None` if there is no create entry. The create's entry also
+/// holds the fields the API server defaulted on that create; the apply entry owns them from
+/// then on, which only matters to another server-side applier setting one of them (a
+/// conflict, which the host's forced apply wins anyway).
 fn handed_over(entries: &[ManagedFieldsEntry]) -> Option<Vec<ManagedFieldsEntry>> {
-    let is_create = |e: &ManagedFieldsEntry| {
-        is_create_entry(
-            e.manager.as_deref(),
-            e.operation.as_deref(),
-            e.subresource.as_deref(),
-        )
-    };
     let is_apply = |e: &ManagedFieldsEntry| {
         e.manager.as_deref() == Some(FIELD_MANAGER)
             && e.operation.as_deref() == Some("Apply")
             && e.subresource.as_deref().is_none_or(str::is_empty)
     };
-    let (created, mut kept): (Vec<_>, Vec<_>) = entries.iter().cloned().partition(is_create);
+    let (created, mut kept): (Vec<_>, Vec<_>) = entries.iter().cloned().partition(is_create_entry);
     let mut created = created.into_iter();
     let first = created.next()?;
     let index = match kept.iter().position(is_apply) {
@@ -629,24 +649,36 @@ pub fn is_managed_by(existing: &DynamicObject, key: &ObjectKey, app: &AppRef) ->
     ObservedObject::from_value(json, &app.uid).is_some_and(|o| o.is_managed_by(app))
 }
 
+/// Server-side applies `object` as the host's field manager; with `uid`, on condition that the
+/// object is still the one of that uid (the API server refuses the apply otherwise, and one
+/// that has gone since is not made again). Returns the object as applied.
 async fn apply(
     w: &Writer<'_>,
     api: &Api<DynamicObject>,
     key: &ObjectKey,
     object: &PluginObject,
-) -> Result<(), WriteError> {
+    uid: Option<&str>,
+) -> Result<DynamicObject, WriteError> {
+    let mut object = object.clone();
+    if let Some(uid) = uid {
+        object.metadata_mut(|metadata| {
+            metadata.insert("uid".into(), serde_json::Value::String(uid.to_string()));
+        });
+    }
     match api
         .patch(
             &key.name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(object),
+            &Patch::Apply(&object),
         )
         .await
     {
-        Ok(_) => {
+        Ok(applied) => {
             w.ctx.metrics.wrote("apply", &key.kind);
-            Ok(())
+            Ok(applied)
         }
+        // Not the object of the uid the host checked (gone, or made again since).
+        Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Changed),
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
             Err(WriteError::Refused(Failure::new(
                 wasmop_core::conditions::reason::APPLY_REJECTED,

@@ -196,6 +196,7 @@ pub async fn prepare(parent: &Parent, ctx: &Context) -> Prepared {
             previous: app.status.clone().unwrap_or_default(),
             observed,
             now: Timestamp::now(),
+            created: app.metadata.creation_timestamp.as_ref().map(|t| t.0),
             plugin,
         };
     let namespace = &app_ref.namespace;

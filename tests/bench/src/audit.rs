@@ -30,9 +30,7 @@ impl Requests {
 
     /// Writes to the objects a plan holds (not the App, its status, or Events).
     pub fn object_writes(&self) -> u64 {
-        self.matching(|verb, resource| {
-            is_write(verb) && !resource.starts_with("apps") && !resource.starts_with("events")
-        })
+        self.matching(is_object_write)
     }
 
     /// Writes to `apps/status`.
@@ -55,6 +53,11 @@ impl Requests {
             .map(|(_, n)| n)
             .sum()
     }
+}
+
+/// A write to an object a plan holds: not to an App (`apps`, `apps/status`) or an Event.
+fn is_object_write(verb: &str, resource: &str) -> bool {
+    is_write(verb) && !resource.starts_with("apps") && !resource.starts_with("events")
 }
 
 fn is_write(verb: &str) -> bool {
@@ -110,6 +113,42 @@ impl AuditLog {
         from: SystemTime,
         to: SystemTime,
     ) -> anyhow::Result<Requests> {
+        let mut out = Requests::default();
+        for (_, key) in self.window(user, from, to).await? {
+            *out.0.entry(key).or_default() += 1;
+        }
+        Ok(out)
+    }
+
+    /// When `user`'s last write of a planned object ([`Requests::object_writes`]) in
+    /// `[from, to]` was received: how long the objects took, whatever the statuses did.
+    pub async fn last_object_write(
+        &self,
+        user: &str,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> anyhow::Result<Option<SystemTime>> {
+        Ok(self
+            .window(user, from, to)
+            .await?
+            .into_iter()
+            .filter(|(_, key)| {
+                let (verb, resource) = key.split_once(' ').unwrap_or((key, ""));
+                is_object_write(verb, resource)
+            })
+            .map(|(at, _)| at)
+            .max()
+            .map(|at| UNIX_EPOCH + Duration::from_micros(at.max(0) as u64)))
+    }
+
+    /// `user`'s requests received in `[from, to]`, each once: when (microseconds since the
+    /// epoch) and what (`verb resource[/subresource]`).
+    async fn window(
+        &self,
+        user: &str,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> anyhow::Result<Vec<(i64, String)>> {
         // The API server writes the log in batches: let the window's last requests land.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let micros = |t: SystemTime| -> i64 {
@@ -135,7 +174,7 @@ impl AuditLog {
             }
         }
         let mut seen = HashSet::new();
-        let mut out = Requests::default();
+        let mut out = Vec::new();
         let lines = files
             .iter()
             .map(std::fs::File::open)
@@ -169,7 +208,7 @@ impl AuditLog {
                 Some(sub) => format!("{} {resource}/{sub}", entry.verb),
                 None => format!("{} {resource}", entry.verb),
             };
-            *out.0.entry(key).or_default() += 1;
+            out.push((at, key));
         }
         Ok(out)
     }

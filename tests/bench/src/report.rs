@@ -75,11 +75,11 @@ fn markdown(results: &Results, day: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| N hello + kvstore | variant | converge s | Ready s | × bare (converge / Ready) | requests per App | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
+        "| N hello + kvstore | variant | converge s | objects written s | Ready s | × bare (converge / objects / Ready) | requests per App | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for run in &results.runs {
         let bare = results
@@ -88,19 +88,24 @@ fn markdown(results: &Results, day: &str) -> String {
             .find(|b| b.variant == "bare" && b.hello == run.hello);
         let ratio = match bare {
             Some(b) if run.variant != "bare" => format!(
-                "{:.2} / {:.2}",
+                "{:.2} / {} / {:.2}",
                 run.converge_s / b.converge_s,
+                match (run.objects_s, b.objects_s) {
+                    (Some(o), Some(bo)) => format!("{:.2}", o / bo),
+                    _ => "–".into(),
+                },
                 run.ready_s / b.ready_s
             ),
             _ => "–".into(),
         };
         let _ = writeln!(
             s,
-            "| {} + {} | {} | {:.1} | {:.1} | {} | {:.2} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} + {} | {} | {:.1} | {} | {:.1} | {} | {:.2} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             run.hello,
             run.kvstore,
             run.variant,
             run.converge_s,
+            opt(run.objects_s, 1),
             run.ready_s,
             ratio,
             per_app(run, run.requests.total()),
