@@ -788,11 +788,10 @@ fn first_status_wait(
     if !on_its_way {
         return None;
     }
-    let age_of = |made: Timestamp| {
-        Duration::try_from(snapshot.now.duration_since(made)).unwrap_or(Duration::ZERO)
-    };
+    // A time after `now` (a host clock behind the API server's) is no reason to wait.
+    let age_of = |made: Timestamp| Duration::try_from(snapshot.now.duration_since(made)).ok();
     let limit = match snapshot.created {
-        Some(created) => FIRST_STATUS_LIMIT.checked_sub(age_of(created))?,
+        Some(created) => FIRST_STATUS_LIMIT.checked_sub(age_of(created)?)?,
         None => FIRST_STATUS_LIMIT,
     };
     let first_made = snapshot
@@ -807,7 +806,7 @@ fn first_status_wait(
         })
         .min();
     let age = match first_made {
-        Some(made) => age_of(made),
+        Some(made) => age_of(made)?,
         // Being made now; an App with nothing to make has nothing to wait for.
         None if !writes.adopt.is_empty() => Duration::ZERO,
         None => return None,

@@ -32,6 +32,8 @@ pub const BACKUP_SLOT_LABEL: &str = "wasmop.dev/backup-slot";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Our value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY: &str = "wasmop";
+/// The field manager of everything the host writes (server-side apply, creates).
+pub const FIELD_MANAGER: &str = "wasmop";
 
 /// The value of [`PARENT_KIND_LABEL`] for parents of `kind` in the API group `group`:
 /// `<kind>.<group>` as Kubernetes writes a group-qualified kind (`KVStore.data.example.com`;
@@ -117,6 +119,11 @@ pub struct ObservedObject {
     pub owned: bool,
     /// The backup slot label, for backup Jobs.
     pub backup_slot: Option<String>,
+    /// Whether some of its fields belong to the host's create (a POST: an `Update` entry of
+    /// [`FIELD_MANAGER`] in `managedFields`) rather than to its server-side apply. A field only
+    /// that entry owns is one a later apply cannot remove by leaving it out, so the host hands
+    /// the entry's fields over to its apply entry before it applies the object again.
+    pub create_owned: bool,
     /// The object as JSON, without `managedFields` (noise to a plugin).
     pub json: Value,
 }
@@ -146,6 +153,15 @@ impl ObservedObject {
             .and_then(|l| l.get(BACKUP_SLOT_LABEL))
             .and_then(Value::as_str)
             .map(str::to_string);
+        let create_owned = json
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .is_some_and(|entries| {
+                entries.iter().any(|entry| {
+                    let text = |key: &str| entry.get(key).and_then(Value::as_str);
+                    is_create_entry(text("manager"), text("operation"), text("subresource"))
+                })
+            });
         if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
             metadata.remove("managedFields");
         }
@@ -155,6 +171,7 @@ impl ObservedObject {
             name,
             owned,
             backup_slot,
+            create_owned,
             json,
         })
     }
@@ -170,6 +187,19 @@ impl ObservedObject {
                 && self.kind == "PersistentVolumeClaim"
                 && json_labelled_for(&self.json, &app.name, &app.kind_mark()))
     }
+}
+
+/// Whether a `managedFields` entry (its `manager`, `operation` and `subresource`) is the host's
+/// create's: manager [`FIELD_MANAGER`], operation `Update`, on the object itself (not a
+/// subresource).
+pub fn is_create_entry(
+    manager: Option<&str>,
+    operation: Option<&str>,
+    subresource: Option<&str>,
+) -> bool {
+    manager == Some(FIELD_MANAGER)
+        && operation == Some("Update")
+        && subresource.is_none_or(str::is_empty)
 }
 
 /// What of `observed` a plugin is shown, as the WIT states it: objects of its `owns` kinds the
@@ -201,6 +231,7 @@ mod tests {
             name: name.into(),
             owned,
             backup_slot: (kind == "Job").then(|| "s1".to_string()),
+            create_owned: false,
             json: Value::Null,
         }
     }

@@ -6,8 +6,9 @@
 
 use tower::{Layer, Service};
 
-/// The field manager the host uses for everything it applies.
-pub const FIELD_MANAGER: &str = "wasmop";
+/// The field manager the host uses for everything it applies (the decision core's, which tells
+/// the host's own create entries apart by it).
+pub use wasmop_core::observed::FIELD_MANAGER;
 
 /// What one write request does, read from its method, content type and path as the API server
 /// reads them (`k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`).

@@ -201,6 +201,7 @@ fn perform(before: &[ObservedObject], decision: &Decision) -> Vec<ObservedObject
             kind: object.kind().into(),
             name: object.name().into(),
             owned: object.kind() != "PersistentVolumeClaim",
+            create_owned: false,
             backup_slot: json
                 .pointer(&format!(
                     "/metadata/labels/{}",
@@ -331,6 +332,7 @@ fn claims_backup_jobs_foreign_and_unprunable_objects_are_never_pruned() {
         name: name.into(),
         owned,
         backup_slot: slot.map(str::to_string),
+        create_owned: false,
         json: json!({}),
     };
     let live = vec![
@@ -1079,5 +1081,15 @@ fn a_first_status_waits_ten_seconds_at_most_and_a_minute_for_ever_young_objects(
         condition(&d.status, "Reconciling").0,
         "True",
         "a minute old: written"
+    );
+
+    // A host clock behind the API server's: objects made "later" than now are no reason to
+    // wait.
+    let skewed = snapshot(AppStatus::default(), vec![made(-30)]);
+    let d = decide(&skewed, &mut plugin, &Check);
+    assert_eq!(
+        condition(&d.status, "Reconciling").0,
+        "True",
+        "skewed clock: written"
     );
 }

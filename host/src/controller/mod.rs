@@ -217,6 +217,7 @@ pub async fn run(
         plugins: runtime.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         failures: Default::default(),
+        changes: Default::default(),
         health: settings.health.clone(),
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),

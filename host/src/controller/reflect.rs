@@ -14,7 +14,10 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use wasmop_core::observed::{APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, kind_mark};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use wasmop_core::observed::{
+    APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, is_create_entry, kind_mark,
+};
 
 use super::watch_backoff::WatchBackoff;
 
@@ -63,9 +66,28 @@ where
 /// it: `managedFields` (often the largest part of an object's metadata) and kubectl's
 /// last-applied annotation (a second copy of the object). The host's fetch and the plugin
 /// input leave both out anyway; dropping them at the watch is what keeps them out of memory.
+/// Of `managedFields` only the host's create's entry stays, as a marker without its fields
+/// ([`wasmop_core::observed::ObservedObject::create_owned`]).
 pub(crate) fn slim<K: ResourceExt>(object: &mut K) {
     let meta = object.meta_mut();
-    meta.managed_fields = None;
+    meta.managed_fields = meta.managed_fields.take().and_then(|entries| {
+        let kept: Vec<_> = entries
+            .into_iter()
+            .filter(|e| {
+                is_create_entry(
+                    e.manager.as_deref(),
+                    e.operation.as_deref(),
+                    e.subresource.as_deref(),
+                )
+            })
+            .map(|entry| ManagedFieldsEntry {
+                manager: entry.manager,
+                operation: entry.operation,
+                ..Default::default()
+            })
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }

@@ -27,7 +27,7 @@ use wasmop_core::{
     decide::{self, NoPlugin},
     guard::PlanPolicy,
     object::PluginObject,
-    observed::{ObservedObject, labelled_for},
+    observed::{ObservedObject, is_create_entry, labelled_for},
     stamp::AppRef,
 };
 
@@ -169,8 +169,10 @@ enum WriteError {
     Changed,
 }
 
-/// How soon a reconcile whose write found its object changed looks again.
+/// How soon a reconcile whose write found its object changed looks again...
 const CHANGED_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// ...so many times in a row; then with the failures' backoff.
+const CHANGED_RETRIES: u32 = 5;
 
 /// Performs `decision`; returns when to look again.
 pub async fn execute(
@@ -211,7 +213,11 @@ pub async fn execute(
         rules,
         claims,
     };
-    let decision = match write_objects(&writer, snapshot, &decision).await {
+    let written = write_objects(&writer, snapshot, &decision).await;
+    if !matches!(written, Err(WriteError::Changed)) {
+        ctx.changes.succeeded(&app.key());
+    }
+    let decision = match written {
         Ok(()) => decision,
         Err(WriteError::Refused(failure)) => decide::failed(snapshot, failure),
         Err(WriteError::Kube { what, source }) => {
@@ -221,7 +227,20 @@ pub async fn execute(
                 source,
             });
         }
-        Err(WriteError::Changed) => return Ok(Action::requeue(CHANGED_RETRY)),
+        Err(WriteError::Changed) => {
+            let key = app.key();
+            if ctx.changes.count(&key) <= CHANGED_RETRIES {
+                return Ok(Action::requeue(CHANGED_RETRY));
+            }
+            tracing::warn!(
+                parent = %key,
+                "objects keep changing between the host's look and its write; is a cache behind?"
+            );
+            let after = ctx.failures.failed(&key);
+            ctx.health
+                .reconcile_due(key, std::time::Instant::now() + after);
+            return Ok(Action::requeue(after));
+        }
     };
     let wrote = status::write(&ctx.client, app, &decision.status)
         .await
@@ -321,7 +340,7 @@ async fn write_objects(
                 let adopt = decision.adopt.contains(&key);
                 // The object the decision found the App's, by uid: the apply must reach that
                 // one, not one made since under the same name.
-                let uid = snapshot
+                let observed = snapshot
                     .observed
                     .iter()
                     .find(|o| {
@@ -332,11 +351,13 @@ async fn write_objects(
                                 key.name.as_str(),
                             )
                     })
-                    .filter(|_| !adopt)
+                    .filter(|_| !adopt);
+                let uid = observed
                     .and_then(|o| o.json.pointer("/metadata/uid"))
                     .and_then(serde_json::Value::as_str)
                     .map(str::to_string);
-                write_object(w, key, object, adopt, uid)
+                let create_owned = observed.is_some_and(|o| o.create_owned);
+                write_object(w, key, object, adopt, uid, create_owned)
             })
             .collect();
         futures::stream::iter(writes)
@@ -376,14 +397,17 @@ fn key_of(object: &PluginObject) -> ObjectKey {
 ///
 /// The host's create leaves the object's fields to an `Update` entry of its field manager in
 /// `managedFields`, and server-side apply never removes a field only another entry owns: such
-/// an object, found by the apply's answer, has that entry handed over to the apply entry
-/// ([`hand_over`]) and is applied once more, so a field the plan dropped goes.
+/// an object (`create_owned`, as the cache has it) has that entry handed over to the apply
+/// entry ([`hand_over`]) before it is applied, so a field the plan dropped goes; a failure
+/// leaves it unapplied, for the next reconcile to do again. One the cache did not show so (a
+/// cache behind) is found by the apply's answer, handed over and applied once more.
 async fn write_object(
     w: &Writer<'_>,
     key: ObjectKey,
     object: &PluginObject,
     adopt: bool,
     uid: Option<String>,
+    create_owned: bool,
 ) -> Result<(), WriteError> {
     let api = api_for(w, &key)?;
     let uid = if adopt {
@@ -403,6 +427,13 @@ async fn write_object(
         hand_over(w, &api, &key, &existing).await?;
         existing.uid()
     } else {
+        if create_owned {
+            let existing = read(&api, &key).await?.ok_or(WriteError::Changed)?;
+            if uid.is_some() && existing.uid() != uid {
+                return Err(WriteError::Changed);
+            }
+            hand_over(w, &api, &key, &existing).await?;
+        }
         uid
     };
     let applied = apply(w, &api, &key, object, uid.as_deref()).await?;
@@ -468,49 +499,79 @@ async fn create(
     }
 }
 
+/// `key` as the API server has it now, if it exists.
+async fn read(
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+) -> Result<Option<DynamicObject>, WriteError> {
+    api.get_opt(&key.name)
+        .await
+        .map_err(|source| WriteError::Kube {
+            what: format!("reading {key}"),
+            source,
+        })
+}
+
+/// How many times a hand-over is tried against an object its controller keeps writing (a
+/// Deployment's revision and status, just after a change).
+const HAND_OVER_ATTEMPTS: usize = 4;
+
 /// Hands the fields of the host's create (its `Update` entry in `managedFields`) over to its
 /// server-side apply entry, as kubectl's client-side to server-side apply upgrade does
 /// (`k8s.io/client-go/util/csaupgrade`): a field only the create's entry owned would survive
 /// every later apply that leaves it out. One patch of `managedFields`, on condition of the
-/// object's `resourceVersion`; whether there was such an entry to hand over.
+/// object's `resourceVersion`, read again and tried again when the object was written in
+/// between (still the object of the same uid); whether there was such an entry to hand over.
 async fn hand_over(
     w: &Writer<'_>,
     api: &Api<DynamicObject>,
     key: &ObjectKey,
     existing: &DynamicObject,
 ) -> Result<bool, WriteError> {
-    let Some(entries) = handed_over(existing.managed_fields()) else {
-        return Ok(false);
-    };
-    let patch = serde_json::json!({
-        "metadata": {
-            "managedFields": entries,
-            "resourceVersion": existing.resource_version(),
-        },
-    });
-    match api
-        .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {
-            w.ctx.metrics.wrote("patch", &key.kind);
-            Ok(true)
+    let mut current = std::borrow::Cow::Borrowed(existing);
+    for _ in 0..HAND_OVER_ATTEMPTS {
+        let Some(entries) = handed_over(current.managed_fields()) else {
+            return Ok(false);
+        };
+        let patch = serde_json::json!({
+            "metadata": {
+                "managedFields": entries,
+                "resourceVersion": current.resource_version(),
+            },
+        });
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                w.ctx.metrics.wrote("patch", &key.kind);
+                return Ok(true);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let again = read(api, key).await?.ok_or(WriteError::Changed)?;
+                if again.uid() != existing.uid() {
+                    return Err(WriteError::Changed);
+                }
+                current = std::borrow::Cow::Owned(again);
+            }
+            Err(source) => {
+                return Err(WriteError::Kube {
+                    what: format!("handing the fields of {key} over to server-side apply"),
+                    source,
+                });
+            }
         }
-        // Written since (a controller's status, say): a reconcile soon looks again.
-        Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Changed),
-        Err(source) => Err(WriteError::Kube {
-            what: format!("handing the fields of {key} over to server-side apply"),
-            source,
-        }),
     }
+    Err(WriteError::Changed)
 }
 
-/// Whether a `managedFields` entry is the host's create's: manager [`FIELD_MANAGER`], operation
-/// `Update`, on the object itself (not a subresource).
-fn is_create_entry(entry: &ManagedFieldsEntry) -> bool {
-    entry.manager.as_deref() == Some(FIELD_MANAGER)
-        && entry.operation.as_deref() == Some("Update")
-        && entry.subresource.as_deref().is_none_or(str::is_empty)
+/// Whether a `managedFields` entry is the host's create's ([`is_create_entry`]).
+fn is_create(entry: &ManagedFieldsEntry) -> bool {
+    is_create_entry(
+        entry.manager.as_deref(),
+        entry.operation.as_deref(),
+        entry.subresource.as_deref(),
+    )
 }
 
 /// `entries` with the host's create entries merged into its apply entry (made from the first
@@ -524,7 +585,10 @@ fn handed_over(entries: &[ManagedFieldsEntry]) -> Option<Vec<ManagedFieldsEntry>
             && e.operation.as_deref() == Some("Apply")
             && e.subresource.as_deref().is_none_or(str::is_empty)
     };
-    let (created, mut kept): (Vec<_>, Vec<_>) = entries.iter().cloned().partition(is_create_entry);
+    if !entries.iter().any(is_create) {
+        return None;
+    }
+    let (created, mut kept): (Vec<_>, Vec<_>) = entries.iter().cloned().partition(is_create);
     let mut created = created.into_iter();
     let first = created.next()?;
     let index = match kept.iter().position(is_apply) {
@@ -677,8 +741,14 @@ async fn apply(
             w.ctx.metrics.wrote("apply", &key.kind);
             Ok(applied)
         }
-        // Not the object of the uid the host checked (gone, or made again since).
+        // Not the object of the uid the host checked: gone (409), or made again since (422, the
+        // uid being immutable).
         Err(kube::Error::Api(status)) if status.code == 409 => Err(WriteError::Changed),
+        Err(kube::Error::Api(status))
+            if uid.is_some() && status.code == 422 && status.message.contains("metadata.uid") =>
+        {
+            Err(WriteError::Changed)
+        }
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 400 => {
             Err(WriteError::Refused(Failure::new(
                 wasmop_core::conditions::reason::APPLY_REJECTED,

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 use serde_json::Value;
 use wasmop_core::{
-    observed::{APP_LABEL, ObservedObject, labelled_for},
+    observed::{APP_LABEL, ObservedObject, is_create_entry, labelled_for},
     stamp::AppRef,
 };
 
@@ -68,6 +68,13 @@ pub async fn observe_extra(
             let Ok(mut json) = serde_json::to_value(&object) else {
                 continue;
             };
+            let create_owned = object.managed_fields().iter().any(|e| {
+                is_create_entry(
+                    e.manager.as_deref(),
+                    e.operation.as_deref(),
+                    e.subresource.as_deref(),
+                )
+            });
             if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
                 metadata.remove("managedFields");
             }
@@ -81,6 +88,7 @@ pub async fn observe_extra(
                 name: object.name_any(),
                 owned,
                 backup_slot: None,
+                create_owned,
                 json,
             });
         }

@@ -63,6 +63,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// Consecutive failures per App, for exponential backoff.
     pub failures: Backoff,
+    /// Consecutive writes per App that found their object changed since the host looked
+    /// (`execute::WriteError::Changed`): a few are a race, retried at once; more are a cache that
+    /// does not catch up, retried with the failures' backoff.
+    pub changes: Backoff,
     /// The link to the API server and the reconciles in flight, for the probes.
     pub health: ApiHealth,
     /// Which PluginPolicy governs each namespace.
@@ -83,12 +87,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 impl Backoff {
     /// Records a failure of `key` and returns how long to wait before the next attempt.
     pub fn failed(&self, key: &str) -> Duration {
+        let count = self.count(key);
+        SHORT_REQUEUE
+            .saturating_mul(1 << (count - 1).min(10))
+            .min(MAX_BACKOFF)
+    }
+
+    /// Records a failure of `key` and returns how many there were in a row, this one included.
+    pub fn count(&self, key: &str) -> u32 {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let count = map.entry(key.to_string()).or_insert(0);
         *count = count.saturating_add(1);
-        SHORT_REQUEUE
-            .saturating_mul(1 << (*count - 1).min(10))
-            .min(MAX_BACKOFF)
+        *count
     }
 
     /// Whether `key` failed since its last success.
