@@ -10,6 +10,18 @@ use tower::{Layer, Service};
 /// the host's own create entries apart by it).
 pub use wasmop_core::observed::FIELD_MANAGER;
 
+/// Whether a `managedFields` entry is the host's create's
+/// ([`wasmop_core::observed::is_create_entry`]).
+pub fn is_create_entry(
+    entry: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry,
+) -> bool {
+    wasmop_core::observed::is_create_entry(
+        entry.manager.as_deref(),
+        entry.operation.as_deref(),
+        entry.subresource.as_deref(),
+    )
+}
+
 /// What one write request does, read from its method, content type and path as the API server
 /// reads them (`k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,9 +15,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use wasmop_core::observed::{
-    APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, is_create_entry, kind_mark,
-};
+use wasmop_core::observed::{APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, kind_mark};
 
 use super::watch_backoff::WatchBackoff;
 
@@ -73,13 +71,7 @@ pub(crate) fn slim<K: ResourceExt>(object: &mut K) {
     meta.managed_fields = meta.managed_fields.take().and_then(|entries| {
         let kept: Vec<_> = entries
             .into_iter()
-            .filter(|e| {
-                is_create_entry(
-                    e.manager.as_deref(),
-                    e.operation.as_deref(),
-                    e.subresource.as_deref(),
-                )
-            })
+            .filter(crate::write::is_create_entry)
             .map(|entry| ManagedFieldsEntry {
                 manager: entry.manager,
                 operation: entry.operation,

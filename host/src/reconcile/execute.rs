@@ -27,12 +27,16 @@ use wasmop_core::{
     decide::{self, NoPlugin},
     guard::PlanPolicy,
     object::PluginObject,
-    observed::{ObservedObject, is_create_entry, labelled_for},
+    observed::{ObservedObject, labelled_for},
     stamp::AppRef,
 };
 
 use super::{Context, Error, prepare::Prepared, status};
-use crate::{controller::kinds::api_resource, parent::Parent, write::FIELD_MANAGER};
+use crate::{
+    controller::kinds::api_resource,
+    parent::Parent,
+    write::{FIELD_MANAGER, is_create_entry as is_create},
+};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -563,15 +567,6 @@ async fn hand_over(
         }
     }
     Err(WriteError::Changed)
-}
-
-/// Whether a `managedFields` entry is the host's create's ([`is_create_entry`]).
-fn is_create(entry: &ManagedFieldsEntry) -> bool {
-    is_create_entry(
-        entry.manager.as_deref(),
-        entry.operation.as_deref(),
-        entry.subresource.as_deref(),
-    )
 }
 
 /// `entries` with the host's create entries merged into its apply entry (made from the first

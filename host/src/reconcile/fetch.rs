@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 use serde_json::Value;
 use wasmop_core::{
-    observed::{APP_LABEL, ObservedObject, is_create_entry, labelled_for},
+    observed::{APP_LABEL, ObservedObject, labelled_for},
     stamp::AppRef,
 };
 
@@ -68,13 +68,10 @@ pub async fn observe_extra(
             let Ok(mut json) = serde_json::to_value(&object) else {
                 continue;
             };
-            let create_owned = object.managed_fields().iter().any(|e| {
-                is_create_entry(
-                    e.manager.as_deref(),
-                    e.operation.as_deref(),
-                    e.subresource.as_deref(),
-                )
-            });
+            let create_owned = object
+                .managed_fields()
+                .iter()
+                .any(crate::write::is_create_entry);
             if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
                 metadata.remove("managedFields");
             }
