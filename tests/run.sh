@@ -27,10 +27,13 @@ only="${1:-all}"
 find "$CARGO_TARGET_DIR"/*/incremental -mindepth 1 -maxdepth 1 -mtime +1 -exec rm -rf {} + 2>/dev/null || true
 # So do test executables: each build of a test target leaves one of 600 MB under a new hash
 # (12.5 GB of them once filled the disk); only the newest of each name is ever run again.
-find "$CARGO_TARGET_DIR"/debug/deps -maxdepth 1 -type f -executable \
-  -regextype posix-extended -regex '.*-[0-9a-f]{16}' -printf '%T@ %p\n' 2>/dev/null |
-  sort -rn | awk '{ name = $2; sub(/-[0-9a-f]+$/, "", name); if (seen[name]++) print $2 }' |
-  xargs -r rm -f
+# On a new machine there is no target dir yet, and a failing find must not end the run (pipefail).
+if [[ -d "$CARGO_TARGET_DIR/debug/deps" ]]; then
+  find "$CARGO_TARGET_DIR"/debug/deps -maxdepth 1 -type f -executable \
+    -regextype posix-extended -regex '.*-[0-9a-f]{16}' -printf '%T@ %p\n' |
+    sort -rn | awk '{ name = $2; sub(/-[0-9a-f]+$/, "", name); if (seen[name]++) print $2 }' |
+    xargs -r rm -f
+fi
 
 step "setup: what the README's commands need (deploy/local/setup.sh)"
 deploy/local/setup.sh
