@@ -181,7 +181,7 @@ kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  users: [wasmop-bench-wasm, wasmop-bench-native, wasmop-bench-bare]
+  users: [wasmop-bench-wasm, wasmop-bench-native, wasmop-bench-bare, wasmop-bench-baseline]
 - level: None
 EOF
 }

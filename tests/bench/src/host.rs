@@ -63,7 +63,18 @@ impl Host {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join(",");
-        let mut command = tokio::process::Command::new(&spec.binary);
+        // WASMOP_BENCH_HOST_WRAPPER, a command the host runs under (tests/bench/heap.sh runs it
+        // under heaptrack), split at spaces.
+        let wrapper = std::env::var("WASMOP_BENCH_HOST_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(words).arg(&spec.binary);
+                command
+            }
+            None => tokio::process::Command::new(&spec.binary),
+        };
         command
             .args(["run", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--namespace", &namespaces]);

@@ -63,7 +63,7 @@ fn markdown(results: &Results, day: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Run {} at {}, commit {}: {} CPUs ({}), {:.0} GiB, Linux {}; concurrency {}.\n",
+        "Run {} at {}, commit {}: {} CPUs ({}), {:.0} GiB, Linux {}; concurrency {}; the wasm host's allocator: {}.\n",
         day,
         results.date,
         results.revision,
@@ -71,15 +71,22 @@ fn markdown(results: &Results, day: &str) -> String {
         m.cpu,
         m.memory_gib,
         m.kernel,
-        results.concurrency
+        results.concurrency,
+        results.allocator
+    );
+    if let Some(baseline) = &results.baseline {
+        let _ = writeln!(
+            s,
+            "The `baseline` variant is the wasm host built from commit {baseline}.\n"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| N hello + kvstore | variant | converge s | objects written s | Ready s | × bare (converge / objects / Ready) | requests per App | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | cached objects (JSON MiB) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
     );
     let _ = writeln!(
         s,
-        "| N hello + kvstore | variant | converge s | objects written s | Ready s | × bare (converge / objects / Ready) | requests per App | CPU s until converged: host / API server + etcd | host CPU s until Ready | RSS MiB (peak; anon + file) | object writes per planned object | status writes per App | events per App | all writes | reconciles | plugin calls |"
-    );
-    let _ = writeln!(
-        s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for run in &results.runs {
         let bare = results
@@ -100,7 +107,7 @@ fn markdown(results: &Results, day: &str) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} + {} | {} | {:.1} | {} | {:.1} | {} | {:.2} | {} / {} | {} | {} ({}; {} + {}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} + {} | {} | {:.1} | {} | {:.1} | {} | {:.2} | {} / {} | {} | {} ({}; {} + {}) | {} ({}) | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             run.hello,
             run.kvstore,
             run.variant,
@@ -116,6 +123,8 @@ fn markdown(results: &Results, day: &str) -> String {
             opt(run.rss_peak_mib, 0),
             opt(run.rss_anon_mib, 0),
             opt(run.rss_file_mib, 0),
+            opt(run.cache_objects, 0),
+            opt(run.cache_mib, 1),
             run.object_writes_per_object,
             run.status_writes_per_app,
             run.event_writes_per_app,
@@ -488,6 +497,8 @@ mod tests {
             },
             revision: "abc1234".into(),
             concurrency: 8,
+            allocator: "mimalloc".into(),
+            baseline: None,
             runs: Vec::new(),
             plugins: Vec::new(),
             bound_kinds: Some(BoundKinds {

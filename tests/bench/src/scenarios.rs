@@ -42,6 +42,9 @@ pub enum Variant {
     Wasm,
     /// The host with the plugins linked natively.
     Native,
+    /// The host with Wasm plugins, built from another commit (`WASMOP_BENCH_BASELINE` of
+    /// tests/bench/run.sh): a change measured side by side with what it changes.
+    Baseline,
 }
 
 impl Variant {
@@ -50,6 +53,7 @@ impl Variant {
             Variant::Bare => "bare",
             Variant::Wasm => "wasm",
             Variant::Native => "native",
+            Variant::Baseline => "baseline",
         }
     }
 
@@ -70,6 +74,11 @@ pub struct Results {
     pub revision: String,
     /// The command line's settings.
     pub concurrency: u16,
+    /// The wasm variant's allocator: mimalloc, as released, or glibc's malloc
+    /// (`WASMOP_BENCH_ALLOCATOR=system`), under heaptrack with `WASMOP_BENCH_HEAP`.
+    pub allocator: String,
+    /// The commit the `baseline` variant was built from, if it ran.
+    pub baseline: Option<String>,
     /// One per N and variant.
     pub runs: Vec<Run>,
     /// RSS against distinct plugins loaded.
@@ -132,6 +141,11 @@ pub struct Run {
     /// Of the resident memory once Ready, the file-backed part (the binary's code, mapped
     /// compiled plugins), MiB.
     pub rss_file_mib: Option<f64>,
+    /// Objects in the host's caches once Ready, and the MiB of their JSON
+    /// (`wasmop_cache_objects`, `wasmop_cache_bytes`).
+    pub cache_objects: Option<f64>,
+    /// See `cache_objects`.
+    pub cache_mib: Option<f64>,
     /// The variant's requests until Ready, by verb and resource.
     pub requests: Requests,
     /// Writes to planned objects per planned object.
@@ -279,6 +293,9 @@ impl Env {
         let mut binaries = vec![(Variant::Wasm, PathBuf::from(var("WASMOP_BIN")?))];
         if let Ok(native) = std::env::var("WASMOP_NATIVE_BIN") {
             binaries.push((Variant::Native, PathBuf::from(native)));
+        }
+        if let Ok(baseline) = std::env::var("WASMOP_BASELINE_BIN") {
+            binaries.push((Variant::Baseline, PathBuf::from(baseline)));
         }
         Ok(Self {
             admin: local_admin().await?,
@@ -477,18 +494,36 @@ fn machine() -> Machine {
 /// Runs every scenario the arguments ask for.
 pub async fn run(args: &Args) -> anyhow::Result<Results> {
     let env = Env::discover().await?;
-    let revision = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(&env.root)
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(&env.root)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let mut revision = git(&["rev-parse", "--short", "HEAD"]);
+    // Figures of a tree with uncommitted changes are not the commit's.
+    if !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+        revision.push_str(" with uncommitted changes");
+    }
+    let allocator = match (
+        std::env::var("WASMOP_BENCH_ALLOCATOR").as_deref(),
+        std::env::var_os("WASMOP_BENCH_HEAP"),
+    ) {
+        (_, Some(_)) => "glibc malloc, a debug build under heaptrack",
+        (Ok("system"), None) => "glibc malloc",
+        _ => "mimalloc",
+    }
+    .to_string();
     let mut results = Results {
         date: k8s_openapi::jiff::Timestamp::now().to_string(),
         machine: machine(),
         revision,
         concurrency: args.concurrency,
+        allocator,
+        baseline: std::env::var("WASMOP_BENCH_BASELINE_REV").ok(),
         runs: Vec::new(),
         plugins: Vec::new(),
         bound_kinds: None,
@@ -710,6 +745,8 @@ async fn hosted(
     let ready_wall = SystemTime::now();
     let cpu = host.cpu_seconds()? - cpu0;
     let memory = host.memory_mib()?;
+    let cache_objects = host.metric("wasmop_cache_objects").await?;
+    let cache_bytes = host.metric("wasmop_cache_bytes").await?;
     let reconciles = host.metric("wasmop_reconcile_total").await?;
     let calls = plugin_calls(&host).await? - calls0;
     let requests = env
@@ -857,6 +894,8 @@ async fn hosted(
         rss_peak_mib: Some(memory.peak),
         rss_anon_mib: Some(memory.anon),
         rss_file_mib: Some(memory.file),
+        cache_objects: Some(cache_objects),
+        cache_mib: Some(cache_bytes / f64::from(1 << 20)),
         object_writes_per_object: requests.object_writes() as f64 / planned_objects as f64,
         status_writes_per_app: requests.status_writes() as f64 / defs.len() as f64,
         event_writes_per_app: requests.event_writes() as f64 / defs.len() as f64,
