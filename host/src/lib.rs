@@ -47,5 +47,8 @@ pub(crate) mod write;
 // the guest; with glibc's malloc that was about 7% of a plan call. mimalloc makes plan and
 // metadata calls about 5% faster (measured with plugin_bench). Set in the library, not only in
 // `main.rs`, so that the benchmark and the tests run with the allocator the binary runs with.
+// `system-allocator` leaves glibc's malloc in place: heap profilers that interpose malloc
+// (heaptrack, tests/bench/heap.sh) see only that, and it measures mimalloc's retention.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
