@@ -1,5 +1,5 @@
 //! The kind table: every built-in kind the host watches and what it does with it. From this one
-//! list come the reflector caches ([`Stores`]), what a reconcile observes
+//! list come the caches ([`Stores`], [`Cache`]), what a reconcile observes
 //! ([`Stores::observe`]), the controller's triggers ([`start`]) and the cache-sync wait
 //! ([`Stores::sync_waits`]); a test holds the install's RBAC to it. The kinds themselves, and
 //! which of them every plan may hold ([`wasmop_core::kind::plannable`], the guard's), are the
@@ -8,29 +8,28 @@
 //! [`wasmop_core::kind::PLANNABLE`]), plus its verbs in `deploy/base/rbac.yaml` (the drift test
 //! below says which).
 
-use std::{borrow::Cow, collections::HashSet, sync::Arc};
+use std::borrow::Cow;
 
-use futures::{Stream, StreamExt, future::BoxFuture, stream::BoxStream};
+use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     batch::v1::Job,
     core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service, ServiceAccount},
     policy::v1::PodDisruptionBudget,
 };
-use kube::{
-    Client, Resource, ResourceExt,
-    runtime::{reflector::Store, watcher},
-};
+use kube::Client;
 
-use serde::Serialize;
 use serde_json::Value;
 use wasmop_core::{
     kind::{self, Kind},
-    observed::{ObservedObject, labelled_for},
+    observed::ObservedObject,
     stamp::AppRef,
 };
 
-use crate::controller::reflect::{ParentKey, labelled_of, owner_of, ready_of, reflect};
+use crate::controller::{
+    cache::{Cache, CacheMetrics},
+    reflect::{ParentKey, labelled_of, owner_of, reflect},
+};
 
 /// How the API server is reached for `kind`.
 pub fn api_resource(kind: &Kind) -> kube::api::ApiResource {
@@ -40,34 +39,16 @@ pub fn api_resource(kind: &Kind) -> kube::api::ApiResource {
     )
 }
 
-/// Adds to `out` the objects of `store` labelled with `app` (its name and kind mark `mark`,
-/// [`labelled_for`]) in its namespace.
-fn collect<K>(out: &mut Vec<ObservedObject>, store: &Store<K>, app: &AppRef, mark: &str)
-where
-    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
-{
-    for object in store.state() {
-        if object.namespace().as_deref() != Some(app.namespace.as_str())
-            || !labelled_for(
-                |key| object.labels().get(key).map(String::as_str),
-                &app.name,
-                mark,
-            )
-        {
-            continue;
-        }
-        let Ok(mut json) = serde_json::to_value(Arc::as_ref(&object)) else {
+/// Adds to `out` the objects of `cache` labelled for `parent`, as observed by the parent of
+/// uid `uid`.
+fn collect(out: &mut Vec<ObservedObject>, cache: &Cache, parent: &ParentKey, uid: &str) {
+    for json in cache.children(parent) {
+        // The cache holds what serde_json wrote; it reads back.
+        let Ok(value) = serde_json::from_str::<Value>(&json) else {
             continue;
         };
-        if let Some(map) = json.as_object_mut() {
-            map.insert(
-                "apiVersion".into(),
-                Value::String(K::api_version(&()).into_owned()),
-            );
-            map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
-        }
         // Ownership, backup slot and the managedFields cut as for every observed object.
-        out.extend(ObservedObject::from_value(json, &app.uid));
+        out.extend(ObservedObject::from_value(value, uid));
     }
 }
 
@@ -110,12 +91,12 @@ macro_rules! kind_table {
             },
         )*];
 
-        /// Reflector caches of every kind of [`TABLE`].
+        /// The caches of every kind of [`TABLE`].
         #[derive(Clone)]
         pub struct Stores {
             $(
                 #[doc = concat!("The ", stringify!($field), " cache.")]
-                pub $field: Store<$ty>,
+                pub $field: Cache,
             )*
         }
 
@@ -123,124 +104,59 @@ macro_rules! kind_table {
             /// Everything observed for `app` (a parent of any kind) in its namespace: the
             /// objects labelled with its name and kind, sorted by kind and name.
             pub fn observe(&self, app: &AppRef) -> Vec<ObservedObject> {
-                let mark = app.kind_mark();
+                let parent = ParentKey {
+                    mark: app.kind_mark(),
+                    namespace: app.namespace.clone(),
+                    name: app.name.clone(),
+                };
                 let mut out = Vec::new();
-                $( collect(&mut out, &self.$field, app, &mark); )*
+                $( collect(&mut out, &self.$field, &parent, &app.uid); )*
                 out.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
                 out
             }
 
             /// One wait per cache, named by its resource, resolving once it has synced.
             pub fn sync_waits(&self) -> Vec<(Cow<'static, str>, BoxFuture<'static, ()>)> {
-                vec![$( ($kind.plural, ready_of(self.$field.clone())), )*]
+                vec![$( ($kind.plural, {
+                    let cache = self.$field.clone();
+                    Box::pin(async move { cache.synced().await }) as BoxFuture<'static, ()>
+                }), )*]
+            }
+
+            /// Objects held and bytes of their JSON, by resource.
+            pub fn sizes(&self) -> Vec<(Cow<'static, str>, (usize, usize))> {
+                vec![$( ($kind.plural, self.$field.size()), )*]
             }
         }
 
         /// Starts a reflector per kind in `namespace` (`None`: all); returns the caches and
-        /// the App each change of an object calls to be reconciled.
-        pub fn start(client: &Client, namespace: Option<&str>) -> (Stores, Triggers) {
+        /// the parent each change of an object calls to be reconciled.
+        pub fn start(
+            client: &Client,
+            namespace: Option<&str>,
+            metrics: &CacheMetrics,
+        ) -> (Stores, Triggers) {
             let mut triggers: Vec<Triggers> = Vec::new();
             $(
-                let ($field, stream) = reflect::<$ty>(client, namespace, Watch::$watch.selector());
-                triggers.push(kind_table!(@wire $watch, $ty, $field.clone(), stream));
+                let ($field, stream) = reflect::<$ty>(
+                    client,
+                    namespace,
+                    Cache::new(metrics, &$kind.plural),
+                    Watch::$watch.selector(),
+                    kind_table!(@trigger $watch),
+                );
+                triggers.push(stream);
             )*
             (Stores { $( $field, )* }, futures::stream::select_all(triggers).boxed())
         }
     };
-    (@wire Owned, $ty:ty, $store:expr, $stream:expr) => {
-        apps_of($stream, $store, |object: &$ty| owner_of(object))
-    };
-    (@wire Labelled, $ty:ty, $store:expr, $stream:expr) => {
-        apps_of($stream, $store, |object: &$ty| labelled_of(object))
-    };
+    (@trigger Owned) => { owner_of };
+    (@trigger Labelled) => { labelled_of };
 }
 
 /// The parents (Apps, instances of bound kinds) that changes to watched objects call to be
 /// reconciled.
 pub type Triggers = BoxStream<'static, ParentKey>;
-
-/// The Apps the watch events of `stream` (the watch behind `cache`) call to be reconciled; a
-/// watch error is the watch's to retry (with its backoff) and names none.
-fn apps_of<K, S>(stream: S, cache: Store<K>, app: fn(&K) -> Option<ParentKey>) -> Triggers
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    let mut triggering = Triggering::new(app);
-    stream
-        .flat_map(move |event| {
-            let apps = match event {
-                Ok(event) => triggering.on(event, || cache.state()),
-                Err(err) => {
-                    tracing::debug!(error = %err, "watch error; the watch retries");
-                    Vec::new()
-                }
-            };
-            futures::stream::iter(apps)
-        })
-        .boxed()
-}
-
-/// Which Apps one watch's events name, listing by listing.
-///
-/// - A change or a deletion names the object's App.
-/// - The first listing names none: every App is reconciled at start-up anyway, once the caches
-///   have synced, and naming them again would reconcile each twice.
-/// - A later listing (the watch restarted after its history expired) names, once it is done and
-///   the cache holds it, every App of the objects listed *and* of those cached before it: an
-///   object deleted while the watch was away is in no listing, and a reconcile during the
-///   listing would still read the old cache (the reflector swaps the new one in at its end).
-struct Triggering<K> {
-    app: fn(&K) -> Option<ParentKey>,
-    listed: bool,
-    relisting: Option<HashSet<ParentKey>>,
-}
-
-impl<K> Triggering<K> {
-    fn new(app: fn(&K) -> Option<ParentKey>) -> Self {
-        Self {
-            app,
-            listed: false,
-            relisting: None,
-        }
-    }
-
-    /// The Apps `event` names; `cached` is what the cache holds before the event.
-    fn on(
-        &mut self,
-        event: watcher::Event<K>,
-        cached: impl FnOnce() -> Vec<Arc<K>>,
-    ) -> Vec<ParentKey> {
-        match event {
-            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
-                (self.app)(&object).into_iter().collect()
-            }
-            watcher::Event::Init => {
-                self.relisting = self
-                    .listed
-                    .then(|| cached().iter().filter_map(|o| (self.app)(o)).collect());
-                Vec::new()
-            }
-            watcher::Event::InitApply(object) => {
-                if let Some(apps) = &mut self.relisting {
-                    apps.extend((self.app)(&object));
-                }
-                Vec::new()
-            }
-            watcher::Event::InitDone => {
-                self.listed = true;
-                let mut apps: Vec<_> = self
-                    .relisting
-                    .take()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect();
-                apps.sort();
-                apps
-            }
-        }
-    }
-}
 
 kind_table! {
     statefulsets: StatefulSet = kind::STATEFUL_SET, Owned;
@@ -262,6 +178,8 @@ mod tests {
     use wasmop_core::kind::plannable;
     use wasmop_core::observed::{APP_LABEL, PARENT_KIND_LABEL};
 
+    use kube::ResourceExt as _;
+
     use super::*;
 
     fn pod(name: &str, app: &str) -> Pod {
@@ -272,34 +190,33 @@ mod tests {
         pod
     }
 
-    fn names(apps: Vec<ParentKey>) -> Vec<String> {
-        apps.into_iter().map(|a| a.name).collect()
-    }
-
-    /// A listing at start names no App, changes and deletions name theirs, and a listing after
-    /// the watch restarted names, at its end, the Apps of what it listed and of what was cached
-    /// before it (a Pod deleted while the watch was away is in no listing).
+    /// What a reconcile observes comes from the cache's JSON: the objects its labels name, of
+    /// its namespace only, with `apiVersion` and `kind`, and trimmed as the kind's objects are.
     #[test]
-    fn a_relisting_names_the_listed_and_the_vanished_at_its_end() {
+    fn a_parent_observes_its_objects_from_the_cache() {
         use kube::runtime::watcher::Event;
-        let mut t = Triggering::new(|p: &Pod| crate::controller::reflect::labelled_of(p));
-        let nothing = Vec::new;
-        assert!(t.on(Event::Init, nothing).is_empty());
-        assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
-        assert!(
-            t.on(Event::InitDone, nothing).is_empty(),
-            "the first listing"
-        );
-        assert_eq!(names(t.on(Event::Apply(pod("a-0", "a")), nothing)), ["a"]);
-        assert_eq!(names(t.on(Event::Delete(pod("a-0", "a")), nothing)), ["a"]);
-
-        let cached = || vec![Arc::new(pod("a-0", "a")), Arc::new(pod("gone-0", "gone"))];
-        assert!(t.on(Event::Init, cached).is_empty());
-        assert!(t.on(Event::InitApply(pod("a-0", "a")), nothing).is_empty());
-        assert!(t.on(Event::InitApply(pod("b-0", "b")), nothing).is_empty());
-        assert!(t.on(Event::InitApply(pod("b-1", "b")), nothing).is_empty());
-        assert_eq!(names(t.on(Event::InitDone, nothing)), ["a", "b", "gone"]);
-        assert!(t.on(Event::InitDone, nothing).is_empty(), "named once");
+        let cache = Cache::default();
+        let shape = |p: &Pod| crate::controller::reflect::shape(p, labelled_of);
+        cache.apply(Event::Init, shape);
+        let mut elsewhere = pod("a-0", "a");
+        elsewhere.metadata.namespace = Some("other".into());
+        for p in [pod("a-0", "a"), pod("a-1", "a"), pod("b-0", "b"), elsewhere] {
+            cache.apply(Event::InitApply(p), shape);
+        }
+        cache.apply(Event::InitDone, shape);
+        let parent = ParentKey {
+            mark: wasmop_core::observed::APP_KIND_MARK.into(),
+            namespace: "ns".into(),
+            name: "a".into(),
+        };
+        let mut out = Vec::new();
+        collect(&mut out, &cache, &parent, "uid-a");
+        let seen: Vec<_> = out
+            .iter()
+            .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
+            .collect();
+        assert_eq!(seen, [("v1", "Pod", "a-0"), ("v1", "Pod", "a-1")]);
+        assert_eq!(cache.size().0, 4);
     }
 
     /// Only the controlling owner reference names the App: another `App` reference put in

@@ -27,6 +27,7 @@ use crate::{
 };
 
 pub(crate) mod bound;
+pub mod cache;
 pub mod coalesce;
 pub mod kinds;
 pub mod reflect;
@@ -112,7 +113,8 @@ pub async fn run(
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     // Every kind of the kind table: its cache, and its changes as triggers, coalesced per
     // parent; an App's go to the App controller, a bound kind's instance's to its kind's.
-    let (stores, object_changes) = crate::controller::kinds::start(&client, ns);
+    let (stores, object_changes) =
+        crate::controller::kinds::start(&client, ns, &settings.metrics.cache);
     let routes: bound::Routes = Default::default();
     let object_changes = after_sync(
         crate::controller::coalesce::coalesce(object_changes, settings.coalesce),

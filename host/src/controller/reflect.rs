@@ -1,23 +1,22 @@
-//! Reflectors: a watch of one kind into a cache, each object trimmed before the cache holds it
-//! and the watch backed off on its own, plus the two keys that map an object to its parent (its
+//! Reflectors: a watch of one kind into a [`Cache`], each object trimmed before the cache holds
+//! it and the watch backed off on its own, plus the two keys that map an object to its parent (its
 //! controlling owner reference, [`owner_of`]; its `wasmop.dev/app` and `wasmop.dev/parent-kind`
 //! labels, [`labelled_of`]), of any kind. The controllers and the kind table build on it.
 
-use futures::{Stream, StreamExt, future::BoxFuture};
+use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{WatchStreamExt, reflector::Store, watcher},
 };
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use wasmop_core::observed::{APP_KIND_MARK, APP_LABEL, PARENT_KIND_LABEL, kind_mark};
 
-use super::watch_backoff::WatchBackoff;
+use super::{
+    cache::{Cache, Entry},
+    watch_backoff::WatchBackoff,
+};
 
 pub(crate) fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -29,35 +28,75 @@ where
     }
 }
 
-type Reflected<K> = (
-    Store<K>,
-    std::pin::Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>,
-);
-
-/// A reflector over `K` with `selector`: its cache and the stream of its watch events.
-pub(crate) fn reflect<K>(client: &Client, namespace: Option<&str>, selector: &str) -> Reflected<K>
+/// A watch of `K` with `selector` into `cache`, each object slimmed ([`slim`]) and trimmed
+/// before the cache holds it; returns the cache and the parents (`trigger` names each object's)
+/// its watch events call to be reconciled ([`Cache::apply`]). A watch error is the watch's to
+/// retry, with its own backoff, and names none.
+pub(crate) fn reflect<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    cache: Cache,
+    selector: &str,
+    trigger: fn(&K) -> Option<ParentKey>,
+) -> (Cache, BoxStream<'static, ParentKey>)
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + crate::controller::trim::Trim
         + Clone
         + DeserializeOwned
+        + Serialize
         + std::fmt::Debug
         + Send
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(selector);
-    let stream = reflector::reflector(
-        writer,
-        watcher(api::<K>(client, namespace), config).modify(|object: &mut K| {
+    let stream = watcher(api::<K>(client, namespace), config)
+        .modify(|object: &mut K| {
             slim(object);
             object.trim();
-        }),
-    )
-    .backoff(WatchBackoff::default())
-    .boxed();
-    (reader, stream)
+        })
+        .backoff(WatchBackoff::default())
+        .flat_map({
+            let cache = cache.clone();
+            move |event| {
+                let parents = match event {
+                    Ok(event) => cache.apply(event, |object| shape(object, trigger)),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "watch error; the watch retries");
+                        Vec::new()
+                    }
+                };
+                futures::stream::iter(parents)
+            }
+        })
+        .boxed();
+    (cache, stream)
+}
+
+/// What the cache keeps of `object`: its key, the parents it is labelled for and triggers, and
+/// its JSON (k8s-openapi writes `apiVersion` and `kind`). `None` for an object without a name
+/// or namespace, or one that does not serialise (neither happens to what the API server sends).
+pub(crate) fn shape<K>(
+    object: &K,
+    trigger: fn(&K) -> Option<ParentKey>,
+) -> Option<((String, String), Entry)>
+where
+    K: Resource + Serialize,
+{
+    let key = (
+        object.meta().namespace.clone()?,
+        object.meta().name.clone()?,
+    );
+    let json = serde_json::to_string(object).ok()?;
+    Some((
+        key,
+        Entry {
+            labelled: labelled_of(object),
+            trigger: trigger(object),
+            json: json.into(),
+        },
+    ))
 }
 
 /// Drops what neither the host nor a plugin reads from a cached object before the cache holds
@@ -107,7 +146,7 @@ where
 /// namespace (the object's) and its name. The App controller takes those marked
 /// [`APP_KIND_MARK`]; a bound kind's controller those marked with its kind.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct ParentKey {
+pub struct ParentKey {
     /// The parent's kind mark.
     pub mark: String,
     /// The namespace of the object and its parent.

@@ -47,6 +47,8 @@ pub struct ReconcileMetrics {
     duration: Histogram,
     writes: Family<Labels, Counter>,
     in_flight: Gauge,
+    /// The size of the caches the reconciles read.
+    pub cache: crate::controller::cache::CacheMetrics,
 }
 
 impl ReconcileMetrics {
@@ -59,6 +61,7 @@ impl ReconcileMetrics {
             ]),
             writes: Family::default(),
             in_flight: Gauge::default(),
+            cache: crate::controller::cache::CacheMetrics::register(registry),
         };
         registry.register(
             "reconcile",
