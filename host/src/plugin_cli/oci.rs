@@ -41,7 +41,7 @@ pub(super) async fn push(
     let digest = oci(reference, registry)?
         .push(reference, &bytes, &artifact)
         .await?;
-    let parsed: oci_client::Reference = reference.parse()?;
+    let parsed = crate::plugin::source::reference::parse(reference)?;
     println!(
         "{}/{}@{digest}",
         parsed.resolve_registry(),
@@ -80,8 +80,7 @@ pub(super) fn oci(reference: &str, registry: &RegistryArgs) -> anyhow::Result<Oc
 }
 
 fn client(reference: &str, registry: &RegistryArgs) -> anyhow::Result<OciSource> {
-    let parsed: oci_client::Reference = reference
-        .parse()
+    let parsed = crate::plugin::source::reference::parse(reference)
         .with_context(|| format!("invalid OCI reference {reference:?}"))?;
     let insecure = if registry.insecure {
         vec![parsed.resolve_registry().to_string()]

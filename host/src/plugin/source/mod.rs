@@ -14,6 +14,7 @@ use crate::app::PluginSource;
 pub mod config_map;
 pub mod file;
 pub mod oci;
+pub mod reference;
 
 /// Which plugin an App refers to, normalised so that Apps naming the same source share one
 /// loaded plugin.
@@ -338,7 +339,7 @@ impl Fetched {
 
 /// `registry/repository` of an OCI reference, if it parses.
 pub fn repository_of(reference: &str) -> Option<String> {
-    let parsed: oci_client::Reference = reference.parse().ok()?;
+    let parsed = reference::parse(reference).ok()?;
     Some(format!("{}/{}", parsed.registry(), parsed.repository()))
 }
 

@@ -221,7 +221,7 @@ impl OciSource {
     }
 
     fn parse(source: &SourceRef, reference: &str) -> Result<Reference, LoadError> {
-        let parsed: Reference = reference.parse().map_err(|err| {
+        let parsed = super::reference::parse(reference).map_err(|err| {
             fetch_error(
                 source,
                 format!("invalid OCI reference {reference:?}: {err}"),
@@ -277,9 +277,7 @@ impl OciSource {
 
     /// Whether `reference` names a digest (immutable) rather than a tag (polled).
     pub fn is_pinned(reference: &str) -> bool {
-        reference
-            .parse::<Reference>()
-            .is_ok_and(|r| r.digest().is_some())
+        super::reference::parse(reference).is_ok_and(|r| r.digest().is_some())
     }
 
     /// Asks the registry which manifest `reference` points at now.
@@ -462,8 +460,7 @@ impl OciSource {
         component: &[u8],
         artifact: &artifact::Artifact,
     ) -> anyhow::Result<String> {
-        let parsed: Reference = reference
-            .parse()
+        let parsed = super::reference::parse(reference)
             .map_err(|err| anyhow::anyhow!("invalid OCI reference {reference:?}: {err}"))?;
         let client = self.client(parsed.resolve_registry());
         let auth = self.push_auth(&parsed);
