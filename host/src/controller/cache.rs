@@ -165,9 +165,12 @@ impl Cache {
         };
         let mut state = self.state();
         let before = (state.live.entries.len(), state.live.bytes);
-        let (parents, synced) = Self::apply_to(&mut state, event);
+        let (parents, replaced) = Self::apply_to(&mut state, event);
         let after = (state.live.entries.len(), state.live.bytes);
         drop(state);
+        // The cache a listing replaced is freed here, not under the lock reconciles wait on.
+        let synced = replaced.is_some();
+        drop(replaced);
         // Differences, not values: the caches of one resource in several namespaces add up.
         let delta = |a: usize, b: usize| a as i64 - b as i64;
         self.objects.inc_by(delta(after.0, before.0));
@@ -178,15 +181,16 @@ impl Cache {
         parents
     }
 
-    /// [`Cache::apply`] on the locked state; also says whether a listing ended.
+    /// [`Cache::apply`] on the locked state; also gives, when a listing ended, the objects it
+    /// replaced.
     fn apply_to(
         state: &mut State,
         event: watcher::Event<Option<(Key, Entry)>>,
-    ) -> (Vec<ParentKey>, bool) {
+    ) -> (Vec<ParentKey>, Option<Objects>) {
         let parents = match event {
             watcher::Event::Apply(shaped) => {
                 let Some((key, entry)) = shaped else {
-                    return (Vec::new(), false);
+                    return (Vec::new(), None);
                 };
                 let trigger = entry.trigger.clone();
                 state.live.insert(key, entry);
@@ -194,7 +198,7 @@ impl Cache {
             }
             watcher::Event::Delete(shaped) => {
                 let Some((key, entry)) = shaped else {
-                    return (Vec::new(), false);
+                    return (Vec::new(), None);
                 };
                 state.live.remove(&key);
                 entry.trigger.into_iter().collect()
@@ -224,16 +228,16 @@ impl Cache {
             }
             watcher::Event::InitDone => {
                 let Some((listed, relisting)) = state.listing.take() else {
-                    return (Vec::new(), false);
+                    return (Vec::new(), None);
                 };
-                state.live = listed;
+                let replaced = std::mem::replace(&mut state.live, listed);
                 state.listed = true;
                 let mut parents: Vec<_> = relisting.unwrap_or_default().into_iter().collect();
                 parents.sort();
-                return (parents, true);
+                return (parents, Some(replaced));
             }
         };
-        (parents, false)
+        (parents, None)
     }
 
     /// The JSON of the objects whose labels name `parent`, by name.

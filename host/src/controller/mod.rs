@@ -375,7 +375,8 @@ async fn warm_up(ctx: &Context, apps: &Store<App>, leading: &tokio::sync::watch:
             );
             return;
         }
-        let pause = if leads { 20 } else { 250 };
+        // A pass reads every App: at 10,000 Apps not something to run back to back.
+        let pause = if leads { 100 } else { 250 };
         tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
     }
 }
