@@ -936,6 +936,7 @@ mod tests {
         let reconcile = ReconcileMetrics::register(&mut registry);
         reconcile.reconciled("success", "App.wasmop.dev", std::time::Instant::now());
         reconcile.wrote("apply", "ConfigMap");
+        let _cache = crate::controller::cache::Cache::new(&reconcile.cache, "configmaps");
         let plugin = PluginMetrics::register(&mut registry);
         plugin.load("loaded", "");
         plugin.compiled(0.1, false);
