@@ -19,13 +19,24 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::reflect::ParentKey;
+/// A parent an object names: its kind mark ([`wasmop_core::observed::kind_mark`]), its
+/// namespace (the object's) and its name. The App controller takes those marked
+/// [`wasmop_core::observed::APP_KIND_MARK`]; a bound kind's controller those marked with its kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ParentKey {
+    /// The parent's kind mark.
+    pub mark: String,
+    /// The namespace of the object and its parent.
+    pub namespace: String,
+    /// The parent's name.
+    pub name: String,
+}
 
 /// What the cache keeps of one object.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// The parent the object's labels name ([`super::reflect::labelled_of`]): whose reconcile
-    /// observes it.
+    /// The parent the object's labels name (`wasmop.dev/app`, `wasmop.dev/parent-kind`): whose
+    /// reconcile observes it.
     pub labelled: Option<ParentKey>,
     /// The parent a change of the object reconciles (its controlling owner for the kinds the
     /// host applies, its labelled parent for those its workloads make).

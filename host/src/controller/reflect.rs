@@ -142,18 +142,7 @@ where
     })
 }
 
-/// A parent an object names: its kind mark ([`wasmop_core::observed::kind_mark`]), its
-/// namespace (the object's) and its name. The App controller takes those marked
-/// [`APP_KIND_MARK`]; a bound kind's controller those marked with its kind.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ParentKey {
-    /// The parent's kind mark.
-    pub mark: String,
-    /// The namespace of the object and its parent.
-    pub namespace: String,
-    /// The parent's name.
-    pub name: String,
-}
+pub use super::cache::ParentKey;
 
 /// The parent that controls `object`: its controlling owner reference (`controller: true`),
 /// the one the host sets and the only one it counts as ownership (see
