@@ -122,11 +122,6 @@ macro_rules! kind_table {
                     Box::pin(async move { cache.synced().await }) as BoxFuture<'static, ()>
                 }), )*]
             }
-
-            /// Objects held and bytes of their JSON, by resource.
-            pub fn sizes(&self) -> Vec<(Cow<'static, str>, (usize, usize))> {
-                vec![$( ($kind.plural, self.$field.size()), )*]
-            }
         }
 
         /// Starts a reflector per kind in `namespace` (`None`: all); returns the caches and
