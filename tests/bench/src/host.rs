@@ -167,6 +167,20 @@ impl Host {
         })
     }
 
+    /// With `WASMOP_BENCH_SMAPS=DIR`, copies the host's `/proc/PID/smaps` to `DIR/NAME.smaps`
+    /// (for `tests/bench/smaps_breakdown.py`, which says what backs the resident memory).
+    pub fn save_smaps(&self, name: &str) -> anyhow::Result<()> {
+        let Some(dir) = std::env::var_os("WASMOP_BENCH_SMAPS") else {
+            return Ok(());
+        };
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let to = dir.join(format!("{name}.smaps"));
+        std::fs::copy(format!("/proc/{}/smaps", self.pid()?), &to)
+            .with_context(|| format!("copying the host's smaps to {}", to.display()))?;
+        Ok(())
+    }
+
     /// The sum over label sets of the series `name` in `/metrics`.
     pub async fn metric(&self, name: &str) -> anyhow::Result<f64> {
         let text = reqwest::get(self.url("/metrics"))

@@ -745,6 +745,7 @@ async fn hosted(
     let ready_wall = SystemTime::now();
     let cpu = host.cpu_seconds()? - cpu0;
     let memory = host.memory_mib()?;
+    host.save_smaps(&format!("{}-{}", variant.name(), defs.len()))?;
     let cache_objects = host.metric("wasmop_cache_objects").await?;
     let cache_bytes = host.metric("wasmop_cache_bytes").await?;
     let reconciles = host.metric("wasmop_reconcile_total").await?;
@@ -958,6 +959,7 @@ async fn fail_over(
     // Settled: the warm standby's plugins loaded, its caches synced.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let standby_rss_mib = standby.memory_mib()?.rss;
+    standby.save_smaps(&format!("standby-{apps}"))?;
     leader.kill().await?;
     let killed = Instant::now();
     let (led_at, leading) = loop {
