@@ -13,6 +13,11 @@ use wasmop_host::cli::{Cli, Command};
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
+    // SAFETY: the first thing the process does; no other thread exists yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        wasmop_host::purge_freed_memory_at_once()
+    };
     let cli = Cli::parse();
     // The compile worker is a short-lived child of the host: no runtime, no logging.
     if let Command::CompileWorker { memory_bytes } = cli.command {
