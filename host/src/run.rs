@@ -168,9 +168,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         probes.set_ready(false);
         leadership = Some(leading);
     }
-    // The kinds PluginBindings bind: served (read, and their CRDs written) only once leading,
-    // so empty until then.
+    // The kinds PluginBindings bind: served once leading; until then those the leader found
+    // valid, for a warm standby.
     let (bound_tx, bound) = tokio::sync::watch::channel(crate::controller::bound::Bound::new());
+    let (listed_tx, bindings_listed) = tokio::sync::watch::channel(false);
     // The controllers start now, leading or not: a warm standby has its caches synced and
     // current and its Apps' plugins loaded, reports ready, and reconciles from the moment it
     // leads (controller-runtime's warm replicas). Ready once every namespace's controller is.
@@ -194,6 +195,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             policies: policies.clone(),
             metrics: reconcile_metrics.clone(),
             bound: bound.clone(),
+            bindings_listed: bindings_listed.clone(),
             leading: leading.clone(),
         };
         controller::run(
@@ -206,6 +208,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let controllers = futures::future::join_all(controllers);
     tokio::pin!(controllers);
+    // PluginBindings: checked, their status and finalizers written, only once leading; a warm
+    // standby watches them meanwhile and warms the kinds the leader found valid.
+    let binding_task = crate::binding::serve::start(
+        client.clone(),
+        host_namespace,
+        namespaces,
+        binding_selector,
+        bound_tx,
+        listed_tx,
+        leading.clone(),
+    );
     if let Some(elector) = elector.take() {
         // The controllers end only on a stop (or their watches ending): nothing to lead then.
         let Some(leading) = lead(elector, async {
@@ -214,20 +227,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         else {
             policy_task.abort();
+            binding_task.abort();
             server.abort();
             return Ok(());
         };
         leadership = Some(leading);
     }
     leading_tx.send_replace(true);
-    // PluginBindings, like policies' status, only once leading.
-    let binding_task = crate::binding::serve::start(
-        client.clone(),
-        host_namespace,
-        namespaces,
-        binding_selector,
-        bound_tx,
-    );
     controllers.await;
     probes.set_ready(false);
     // Nothing writes any more (reconciles done, policy status writer stopped): hand the lease

@@ -31,8 +31,8 @@ use wasmop_host::{app::App, binding::PluginBinding, plugin::source::oci::OciSour
 use crate::{
     apps::{BINDING_LABEL, Host, app, push_kvstore, ready_at, wait_app},
     harness::{
-        Local, TestNamespace, component, kubectl, kubectl_ok, plugin_configmap, unique, wait_for,
-        wasmop_binary,
+        Local, TestNamespace, component, kubectl, kubectl_ok, metric_sum, plugin_configmap, unique,
+        wait_for, wasmop_binary,
     },
 };
 
@@ -891,6 +891,113 @@ async fn a_bound_kinds_plans_meet_the_guard() -> anyhow::Result<()> {
     drop(cleanup);
     drop(greet_cleanup);
     source.delete().await?;
+    ns.delete().await
+}
+
+/// Warm standby for bound kinds (issue 42): a standby knows the bound kinds from the bindings'
+/// status the leader wrote, fills the caches of their instances and loads their plugin while it
+/// waits, and reports ready only then, reconciling and writing nothing. Once it leads, it
+/// serves the instances with what it loaded as a standby: no load after taking the lease, and a
+/// change of an instance's spec rolls out.
+#[tokio::test]
+async fn a_standby_is_warm_for_bound_kinds_too() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let local = Local::discover()?;
+    let client = local.client().await?;
+    let ns = TestNamespace::create(&client, "e2e-bound-warm").await?;
+    let id = unique("warm");
+    let (group, _cleanup) = kvstore_kind(&local, &id, &[&id]).await?;
+    let image = push_kvstore(&local).await?;
+    let args = ["--leader-elect", "--lease-namespace", ns.name.as_str()];
+    let first = Host::start_with(&local, &ns.name, &args, &format!("{}-a", ns.name)).await?;
+    let bindings: Api<PluginBinding> = Api::all(client.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &binding(&id, &ns.name, &group, &image)?,
+        )
+        .await?;
+    let (status, _, message) = valid(&bindings, &id).await?;
+    assert_eq!(status, "True", "{message}");
+    let instances = instances_in(&client, &ns.name, &group);
+    let instance: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "KVStore",
+        "metadata": {"name": "cache"},
+        "spec": {"version": "7.2.4", "replicas": 1, "retention": "Delete"},
+    }))?;
+    instances.create(&PostParams::default(), &instance).await?;
+    wait_ready(&local, &ns.name, &format!("kvstores.{group}/cache")).await?;
+
+    // Ready means warm: the standby loaded the binding's plugin (from the registry, its cache
+    // being its own) before /readyz answered, and did nothing else.
+    let second = Host::start_with(&local, &ns.name, &args, &format!("{}-b", ns.name)).await?;
+    let metrics = second.url("/metrics");
+    let loads = metric_sum(&metrics, "wasmop_plugin_loads_total").await?;
+    assert!(
+        loads > 0.0,
+        "a standby reports ready once the plugin of the bound kind is loaded"
+    );
+    assert_eq!(metric_sum(&metrics, "wasmop_reconcile_total").await?, 0.0);
+    assert_eq!(metric_sum(&metrics, "wasmop_api_writes_total").await?, 0.0);
+
+    // The leader killed, the standby takes the lease once it runs out, and reconciles the
+    // instance with the plugin it holds.
+    first.kill().await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let next = format!("{}-b", ns.name);
+    wait_for(
+        "the standby to take the killed leader's lease",
+        Duration::from_secs(40),
+        || async {
+            let holder = leases
+                .get_opt("wasmop-leader")
+                .await?
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity);
+            Ok(holder.filter(|h| *h == next).map(|_| ()))
+        },
+    )
+    .await?;
+    wait_for(
+        "the new leader to reconcile the instance",
+        Duration::from_secs(20),
+        || async {
+            Ok((metric_sum(&metrics, "wasmop_reconcile_total").await? > 0.0).then_some(()))
+        },
+    )
+    .await?;
+    instances
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+        )
+        .await?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    wait_for(
+        "the StatefulSet to follow spec.replicas under the new leader",
+        Duration::from_secs(60),
+        || async {
+            let set = sets.get("cache").await?;
+            Ok((set.spec.replicas == Some(2)).then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(
+        metric_sum(&metrics, "wasmop_plugin_loads_total").await?,
+        loads,
+        "the new leader serves with the plugin it loaded as a standby"
+    );
+    // Deleted under the new leader: its `finalize` runs there.
+    instances.delete("cache", &DeleteParams::default()).await?;
+    wait_for(
+        "the instance to be deleted under the new leader",
+        Duration::from_secs(60),
+        || async { Ok(instances.get_opt("cache").await?.is_none().then_some(())) },
+    )
+    .await?;
+    drop(second);
     ns.delete().await
 }
 

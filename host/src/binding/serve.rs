@@ -71,13 +71,18 @@ const ACCESS: [(&str, Option<&str>); 6] = [
 /// Starts serving the bindings (those `selector`'s labels select, if given; which binding
 /// serves a kind is decided among all of them); sends the kinds to serve on `tx`, kept current.
 /// `host_namespace` is the default `sourceNamespace`; `scopes` the namespaces the host watches
-/// (`None`: all).
+/// (`None`: all). Until `leading` turns true the host only watches: it sends the kinds of the
+/// bindings the leader found valid ([`Serve::observe`]), so that a warm standby fills their
+/// caches and loads their plugins, and writes nothing. `listed` turns true once the first kinds
+/// are sent (the replica's warm-up waits for them).
 pub(crate) fn start(
     client: Client,
     host_namespace: String,
     scopes: Vec<Option<String>>,
     selector: BTreeMap<String, String>,
     tx: tokio::sync::watch::Sender<Bound>,
+    listed: tokio::sync::watch::Sender<bool>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let (store, writer) = reflector::store();
@@ -112,12 +117,17 @@ pub(crate) fn start(
         loop {
             let bindings = store.state();
             let seen = fingerprint(&bindings);
-            bound = serve.pass(&bindings, &bound).await;
+            let leads = *leading.borrow_and_update();
+            bound = match leads {
+                true => serve.pass(&bindings, &bound).await,
+                false => serve.observe(&bindings).await,
+            };
             tx.send_if_modified(|current| {
                 let changed = *current != bound;
                 current.clone_from(&bound);
                 changed
             });
+            listed.send_if_modified(|listed| !std::mem::replace(listed, true));
             // The next change that matters, or the recheck; a burst of changes is one pass.
             // Status writes (ours, other hosts') change nothing that matters: two hosts that
             // judge a binding differently cannot wake each other without end.
@@ -137,6 +147,8 @@ pub(crate) fn start(
                         }
                     },
                     () = &mut next => break,
+                    // Leading now: check and serve at once, not at the next recheck.
+                    Ok(()) = async { leading.wait_for(|leading| *leading).await.map(drop) }, if !leads => break,
                 }
             }
         }
@@ -188,25 +200,7 @@ impl Serve {
         // serve different bindings never both take a kind.
         let winners = check::winners(all.iter().map(AsRef::as_ref));
         let mut bound = Bound::new();
-        // Oldest first: past the cap, the newest bindings are the ones refused.
-        let mut bindings: Vec<Arc<PluginBinding>> = all
-            .iter()
-            .filter(|b| {
-                self.selector
-                    .iter()
-                    .all(|(k, v)| b.labels().get(k) == Some(v))
-            })
-            .cloned()
-            .collect();
-        bindings.sort_by_key(|b| {
-            (
-                b.metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.as_millisecond()),
-                b.name_any(),
-            )
-        });
+        let bindings = self.selected(all);
         self.strikes
             .retain(|name, _| bindings.iter().any(|b| b.name_any() == *name));
         for binding in &bindings {
@@ -263,11 +257,76 @@ impl Serve {
         bound
     }
 
+    /// What a replica that does not lead serves once it does, as far as it can tell without
+    /// writing: the bindings it selects whose status (the leader's) says `Valid` for their
+    /// generation, and whose kind it finds as [`Self::pass`] would. The leader's status stands
+    /// in for the access review, a `create` the write fence holds back until this replica
+    /// leads; [`Self::pass`] asks then, and what it finds replaces this (equal kinds keep their
+    /// controllers, and the caches those filled).
+    async fn observe(&mut self, all: &[Arc<PluginBinding>]) -> Bound {
+        let winners = check::winners(all.iter().map(AsRef::as_ref));
+        let mut bound = Bound::new();
+        for binding in self.selected(all) {
+            if bound.len() >= MAX_BOUND_KINDS {
+                break;
+            }
+            let status = binding.status.as_ref();
+            let valid = status.is_some_and(|s| {
+                s.observed_generation == binding.metadata.generation
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Valid" && c.status == "True")
+            });
+            if !valid {
+                continue;
+            }
+            if let Ok(kind) = self.verdict_with(&binding, &winners, false).await {
+                bound.insert(kind.mark(), kind);
+            }
+        }
+        bound
+    }
+
+    /// The bindings this host serves, oldest first: past the cap, the newest are the ones
+    /// refused.
+    fn selected(&self, all: &[Arc<PluginBinding>]) -> Vec<Arc<PluginBinding>> {
+        let mut bindings: Vec<Arc<PluginBinding>> = all
+            .iter()
+            .filter(|b| {
+                self.selector
+                    .iter()
+                    .all(|(k, v)| b.labels().get(k) == Some(v))
+            })
+            .cloned()
+            .collect();
+        bindings.sort_by_key(|b| {
+            (
+                b.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond()),
+                b.name_any(),
+            )
+        });
+        bindings
+    }
+
     /// Whether `binding` is in force, and what it binds.
     async fn verdict(
         &mut self,
         binding: &PluginBinding,
         winners: &BTreeMap<(String, String), String>,
+    ) -> Result<Arc<ParentKind>, Refusal> {
+        self.verdict_with(binding, winners, true).await
+    }
+
+    /// [`Self::verdict`], asking the API server what the host may do with the kind only if
+    /// `review_access`.
+    async fn verdict_with(
+        &mut self,
+        binding: &PluginBinding,
+        winners: &BTreeMap<(String, String), String>,
+        review_access: bool,
     ) -> Result<Arc<ParentKind>, Refusal> {
         let spec = &binding.spec;
         check::bindable(&spec.kind)?;
@@ -288,7 +347,9 @@ impl Serve {
             });
         }
         let resource = self.discover(binding).await?;
-        self.allowed(&resource).await?;
+        if review_access {
+            self.allowed(&resource).await?;
+        }
         Ok(Arc::new(ParentKind {
             resource,
             binding: Some(Binding {

@@ -28,12 +28,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::{BroadcastStream, UnboundedReceiverStream};
 
 use super::{
-    parent_changed, policy_changes,
-    reflect::{ParentKey, slim},
+    after_sync, parent_changed, policy_changes,
+    reflect::{ParentKey, ready_of, slim},
+    warm::{self, Warmth},
     watch_backoff::{NoDelay, WatchBackoff},
 };
 use crate::{
-    parent::{ParentKind, key_of},
+    parent::{Parent, ParentKind, key_of},
     plugin::{
         runtime::PluginRuntime,
         source::{OciRules, SourceRef},
@@ -59,6 +60,11 @@ pub(crate) struct Shared {
     pub runtime: PluginRuntime,
     /// Reconciles running at once, per kind.
     pub concurrency: u16,
+    /// Whether reconciles may start (this replica leads, its caches synced and warm): until
+    /// then each kind's cache fills and its plugin loads, and nothing is reconciled.
+    pub gate: watch::Receiver<bool>,
+    /// Where each kind says it is warm.
+    pub warmth: Warmth,
 }
 
 /// One running controller.
@@ -160,29 +166,58 @@ async fn serve_kind(
     };
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).modify(slim),
-    )
-    .backoff(WatchBackoff::default())
-    .applied_objects()
-    .predicate_filter(parent_changed::<DynamicObject>, Default::default());
+    // Every trigger waits for the gate; the cache fills meanwhile (the reflector is polled all
+    // along), and every instance is reconciled when the gate opens.
+    let stream = after_sync(
+        reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).modify(slim),
+        )
+        .backoff(WatchBackoff::default())
+        .applied_objects()
+        .predicate_filter(parent_changed::<DynamicObject>, Default::default()),
+        shared.gate.clone(),
+        {
+            let store = store.clone();
+            move || {
+                store
+                    .state()
+                    .iter()
+                    .map(|o| Ok(DynamicObject::clone(o)))
+                    .collect()
+            }
+        },
+    );
     let controller = Controller::for_stream_with(stream, store.clone(), resource.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(shared.concurrency));
     let object_changes = {
         let resource = resource.clone();
-        UnboundedReceiverStream::new(triggers)
-            .map(move |key| ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace))
+        after_sync(
+            UnboundedReceiverStream::new(triggers).map(move |key| {
+                ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace)
+            }),
+            shared.gate.clone(),
+            Vec::new,
+        )
     };
-    let swaps = plugin_changes(&shared.runtime, &kind, store.clone());
+    let warming = tokio::spawn(warm_kind(shared.clone(), kind.clone(), store.clone()));
+    let swaps = after_sync(
+        plugin_changes(&shared.runtime, &kind, store.clone()),
+        shared.gate.clone(),
+        Vec::new,
+    );
     let policy_moves = {
         let (kind, resource) = (kind.clone(), resource.clone());
-        policy_changes(
-            shared.ctx.policies.clone(),
-            store.clone(),
-            move |o: &DynamicObject| ObjectRef::from_obj_with(o, resource.clone()),
-            move |o: &DynamicObject| format!("{}/{}", kind.mark(), o.name_any()),
+        after_sync(
+            policy_changes(
+                shared.ctx.policies.clone(),
+                store.clone(),
+                move |o: &DynamicObject| ObjectRef::from_obj_with(o, resource.clone()),
+                move |o: &DynamicObject| format!("{}/{}", kind.mark(), o.name_any()),
+            ),
+            shared.gate.clone(),
+            Vec::new,
         )
     };
     // A deleted instance is no longer due: the stall check of /healthz looks only at instances
@@ -231,6 +266,8 @@ async fn serve_kind(
         })
         .await;
     forget_deleted.abort();
+    warming.abort();
+    shared.warmth.forget(&kind.mark());
     // The kind is no longer served here: none of its instances is due (a stall check of
     // /healthz on them would restart the host for nothing).
     let marker = format!("/{}/", kind.mark());
@@ -238,6 +275,41 @@ async fn serve_kind(
     shared.ctx.health.retain_due(|key| {
         !key.contains(&marker) || prefix_ns.as_ref().is_some_and(|p| !key.starts_with(p))
     });
+}
+
+/// Until the gate opens: once the kind's cache has synced, loads the plugin its instances use
+/// (as their reconciles would, under each namespace's policy) and says the kind is warm once
+/// none waits for it, then goes on loading for instances that appear, every
+/// [`warm::WARM_PASS`]. Once reconciles run, they load what they need.
+async fn warm_kind(shared: Arc<Shared>, kind: Arc<ParentKind>, store: Store<DynamicObject>) {
+    let mark = kind.mark();
+    let mut gate = shared.gate.clone();
+    tokio::select! {
+        () = ready_of(store.clone()) => {}
+        _ = gate.wait_for(|open| *open) => return,
+    }
+    let mut warm = false;
+    loop {
+        let instances = store.state();
+        let parents = instances
+            .iter()
+            .map(|o| Parent::from_instance(o, kind.clone()));
+        if warm::loading(&shared.ctx, parents) == 0 && !warm {
+            tracing::debug!(kind = %mark, "warm: the bound kind's plugin is loaded");
+            shared.warmth.warm(&mark);
+            warm = true;
+        }
+        // Looked at often until warm (the replica's readiness waits for it), then as a
+        // standby looks at its Apps.
+        let pause = match warm {
+            true => warm::WARM_PASS,
+            false => std::time::Duration::from_millis(100),
+        };
+        tokio::select! {
+            _ = gate.wait_for(|open| *open) => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
 }
 
 /// Every instance of the kind when its binding's plugin changes (swap, load, failure), as

@@ -32,6 +32,7 @@ pub mod coalesce;
 pub mod kinds;
 pub mod reflect;
 pub mod trim;
+mod warm;
 pub mod watch_backoff;
 
 use self::{
@@ -56,15 +57,20 @@ pub struct Settings {
     pub metrics: reconcile::execute::ReconcileMetrics,
     /// The kinds valid PluginBindings bind, each served by a controller of its own.
     pub bound: tokio::sync::watch::Receiver<bound::Bound>,
+    /// Whether the PluginBindings have been read once (`bound` says what they bind from then
+    /// on): the warm-up waits for it.
+    pub bindings_listed: tokio::sync::watch::Receiver<bool>,
     /// Whether this replica leads (always, without leader election). Until it does, the
-    /// controller is a warm standby: its caches sync and stay current, the plugins its Apps
-    /// use load, and nothing is reconciled or written.
+    /// controller is a warm standby: its caches sync and stay current (the bound kinds' too),
+    /// the plugins its Apps and bound kinds' instances use load, and nothing is reconciled or
+    /// written.
     pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
-/// `ready` is called once every cache has synced and the plugins the Apps use have loaded
-/// ([`warm_up`]); reconciles start once `settings.leading` is true as well.
+/// `ready` is called once every cache has synced and the plugins the Apps and the bound kinds'
+/// instances use have loaded (see [`warm`]); reconciles start once `settings.leading` is true
+/// as well.
 pub async fn run(
     client: Client,
     runtime: &PluginRuntime,
@@ -224,11 +230,32 @@ pub async fn run(
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),
     });
+    // Which bound kinds are warm: each bound kind's controller runs from the start, filling its
+    // cache and loading its plugin, and reconciles once the gate (`synced`) opens.
+    let warmth = warm::Warmth::default();
     let sync: BoxFuture<'static, ()> = {
         let stores = stores.clone();
         let apps = apps.clone();
-        let (warm_ctx, warm_apps) = (ctx.clone(), apps.clone());
         let mut leading = settings.leading.clone();
+        let mut waiting = {
+            let (ctx, apps, bound, listed, warmth) = (
+                ctx.clone(),
+                apps.clone(),
+                settings.bound.clone(),
+                settings.bindings_listed.clone(),
+                warmth.clone(),
+            );
+            let kind = crate::parent::ParentKind::app();
+            move || {
+                let apps = apps.state();
+                let parents = apps
+                    .iter()
+                    .map(|app| crate::parent::Parent::from_app(app, kind.clone()));
+                warm::loading(&ctx, parents)
+                    + usize::from(!*listed.borrow())
+                    + warmth.cold(bound.borrow().keys())
+            }
+        };
         Box::pin(async move {
             let mut waits: Vec<(std::borrow::Cow<'static, str>, BoxFuture<'static, ()>)> =
                 vec![("apps".into(), ready_of(apps))];
@@ -250,20 +277,21 @@ pub async fn run(
                 tracing::debug!(cache = &*what, "cache synced");
             }
             tracing::info!("caches synced");
-            warm_up(&warm_ctx, &warm_apps, &leading).await;
+            warm::warm_up(&mut waiting, &leading).await;
             ready();
             // A standby keeps its caches current (the reflectors run on) and loads the plugin
             // of every App that appears or changes meanwhile (`add_users` above keeps those
-            // loaded), and takes its first reconcile only once it leads: every App, at once,
-            // against warm caches.
+            // loaded; the bound kinds' controllers do the same for their instances), and takes
+            // its first reconcile only once it leads: every parent, at once, against warm
+            // caches.
             loop {
                 tokio::select! {
                     leads = leading.wait_for(|leading| *leading) => match leads {
                         Ok(_) => break,
                         Err(_) => return,
                     },
-                    () = tokio::time::sleep(WARM_PASS) => {
-                        warm_pass(&warm_ctx, &warm_apps);
+                    () = tokio::time::sleep(warm::WARM_PASS) => {
+                        waiting();
                     }
                 }
             }
@@ -274,8 +302,9 @@ pub async fn run(
     // the waits resolve) must not report the host ready.
     let sync = tokio::spawn(sync);
 
-    // The bound kinds' controllers start once the caches have synced, as the App
-    // controller's reconciles do.
+    // The bound kinds' controllers start now: a standby's caches of their instances sync and
+    // their plugins load while it waits; they reconcile once the gate opens, as the App
+    // controller does.
     let bound_kinds = {
         let shared = Arc::new(bound::Shared {
             client: client.clone(),
@@ -283,13 +312,15 @@ pub async fn run(
             ctx: ctx.clone(),
             runtime: runtime.clone(),
             concurrency: settings.concurrency,
+            gate: synced_rx,
+            warmth,
         });
-        let (mut synced, bound, stop) = (synced_rx, settings.bound.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            if synced.wait_for(|synced| *synced).await.is_ok() {
-                bound::run(shared, bound, routes, stop).await;
-            }
-        })
+        tokio::spawn(bound::run(
+            shared,
+            settings.bound.clone(),
+            routes,
+            stop_rx.clone(),
+        ))
     };
     controller
         .reconcile_on(object_changes)
@@ -309,76 +340,6 @@ pub async fn run(
     forget_deleted.abort();
     sync.abort();
     stop_on.abort();
-}
-
-/// How long a standby waits for its Apps' plugins to load before it reports ready anyway: a
-/// plugin that takes longer (a large component compiling on a busy machine) must not keep a
-/// rollout of the host's Deployment waiting on the standby; it goes on loading.
-const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// How long a replica that leads (or runs alone) waits at start for the plugins of its Apps
-/// before it reconciles them. From the compiled cache a plugin loads in milliseconds; a
-/// reconcile that finds it still loading only says so, and the App is reconciled again once it
-/// has loaded, so without the wait every App of a restarted host took two reconciles.
-const LEADER_WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// How often a standby looks for Apps whose plugin it has not loaded yet.
-const WARM_PASS: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Starts loading the plugin of every App in `apps`, as its reconcile would (the namespace's
-/// policy first, then the source it allows); returns how many Apps wait for theirs (loading,
-/// or a namespace whose policy is not known yet). Reads only: the sources' registries and
-/// ConfigMaps.
-fn warm_pass(ctx: &Context, apps: &Store<App>) -> usize {
-    let kind = crate::parent::ParentKind::app();
-    apps.state()
-        .iter()
-        .filter(|app| {
-            let parent = crate::parent::Parent::from_app(app, kind.clone());
-            matches!(
-                reconcile::prepare::resolve_plugin(&parent, ctx),
-                reconcile::prepare::Resolved::PolicyUnknown
-                    | reconcile::prepare::Resolved::Holding(
-                        wasmop_core::decide::PluginState::Loading { .. },
-                    )
-            )
-        })
-        .count()
-}
-
-/// [`warm_pass`] until no App waits for its plugin any more, or [`WARM_UP_LIMIT`] has passed,
-/// or, once this replica leads, [`LEADER_WARM_UP_LIMIT`] (a replica that takes the lease while
-/// warming up, as in a rolling update, must not wait for all of its warm-up).
-async fn warm_up(ctx: &Context, apps: &Store<App>, leading: &tokio::sync::watch::Receiver<bool>) {
-    let started = std::time::Instant::now();
-    loop {
-        let loading = warm_pass(ctx, apps);
-        if loading == 0 {
-            tracing::info!(
-                waited_s = started.elapsed().as_secs_f64(),
-                "warm: the plugins the Apps use are loaded"
-            );
-            return;
-        }
-        let leads = *leading.borrow();
-        if leads && started.elapsed() >= LEADER_WARM_UP_LIMIT {
-            tracing::info!(
-                loading,
-                "Apps whose plugin is still loading; reconciling, which says so"
-            );
-            return;
-        }
-        if started.elapsed() >= WARM_UP_LIMIT {
-            tracing::warn!(
-                loading,
-                "warm-up: Apps whose plugin is still loading; reporting ready, it goes on loading"
-            );
-            return;
-        }
-        // A pass reads every App: at 10,000 Apps not something to run back to back.
-        let pause = if leads { 100 } else { 250 };
-        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
-    }
 }
 
 /// `input`'s items from the moment `synced` turns true, led by what `on_open` gives then.
