@@ -959,7 +959,8 @@ async fn fail_over(
     // Settled: the warm standby's plugins loaded, its caches synced.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let standby_rss_mib = standby.memory_mib()?.rss;
-    standby.save_smaps(&format!("standby-{apps}"))?;
+    let temperature = if warm { "warm" } else { "cold" };
+    standby.save_smaps(&format!("{}-standby-{temperature}", spec.namespace))?;
     leader.kill().await?;
     let killed = Instant::now();
     let (led_at, leading) = loop {
