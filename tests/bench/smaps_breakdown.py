@@ -4,15 +4,18 @@
     WASMOP_BENCH_SMAPS=DIR tests/bench/run.sh ...   # the bench saves DIR/<variant>-<N>.smaps
     tests/bench/smaps_breakdown.py DIR/*.smaps
 
-Each mapping's Rss is put in one class by its shape (Linux and wasmtime 48 on x86_64):
-- wasmtime pool: the pooling allocator's reservations, the only mappings of hundreds of GiB
-  (linear memories, each with its guard) or of an exact wasmtime stripe; their resident pages are
-  the plugin instances' memories kept warm between calls;
+Each mapping's Rss is put in one class by its shape (Linux, wasmtime 48, mimalloc 3 on x86_64):
+- wasmtime pool: anonymous mappings of 2 GiB or more, which only the pooling allocator makes
+  (each instance slot's linear memory with its guard, carved from one reservation of hundreds of
+  GiB); their resident pages are plugin instances' memories kept warm between calls;
+- plugins' memory images: wasmtime's memfd copies of the components' initial memories, which
+  the slots map copy-on-write;
+- compiled plugins' code: anonymous executable mappings (wasmtime copies a component's compiled
+  code into memory it then makes executable);
 - thread stacks: read-write anonymous mappings right after a one-page (or larger) no-access guard
   mapping, as glibc's pthread_create lays them out;
 - the binary: file mappings of the wasmop executable (code and read-only data);
-- compiled plugins: other file mappings (the `.cwasm` files wasmtime maps);
-- malloc: everything else anonymous ([heap], mimalloc's arenas and segments, glibc's arenas).
+- malloc: everything else anonymous ([heap], mimalloc's 1 GiB arenas, glibc's arenas).
 """
 
 import os
@@ -57,12 +60,14 @@ def classify(maps):
         if m["inode"] != "0" and name:
             if os.path.basename(name).startswith("wasmop"):
                 key = "the binary"
-            elif name.endswith(".cwasm") or "/plugins/" in name:
-                key = "compiled plugins (file)"
+            elif "memfd:wasm" in name:
+                key = "plugins' memory images"
             else:
                 key = "shared libraries and other files"
-        elif m["size"] >= 64 * GIB:
+        elif m["size"] >= 2 * GIB:
             key = "wasmtime pool"
+        elif "x" in m["perms"]:
+            key = "compiled plugins' code"
         elif name in ("[stack]",) or (
             previous is not None
             and previous["perms"].startswith("---")
@@ -74,7 +79,7 @@ def classify(maps):
         elif name.startswith("[") and name not in ("[heap]",):
             key = "kernel mappings"
         else:
-            key = "malloc and other anonymous"
+            key = "malloc"
         totals[key] = totals.get(key, 0) + m["rss"]
         previous = m
     return totals
