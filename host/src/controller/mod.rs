@@ -237,6 +237,8 @@ pub async fn run(
         let stores = stores.clone();
         let apps = apps.clone();
         let mut leading = settings.leading.clone();
+        // Subscribed before the caches sync: a plugin loaded meanwhile is heard of.
+        let changes = runtime.registry.subscribe();
         let mut waiting = {
             let (ctx, apps, bound, listed, warmth) = (
                 ctx.clone(),
@@ -277,7 +279,7 @@ pub async fn run(
                 tracing::debug!(cache = &*what, "cache synced");
             }
             tracing::info!("caches synced");
-            warm::warm_up(&mut waiting, &leading).await;
+            warm::warm_up(&mut waiting, &leading, changes).await;
             ready();
             // A standby keeps its caches current (the reflectors run on) and loads the plugin
             // of every App that appears or changes meanwhile (`add_users` above keeps those

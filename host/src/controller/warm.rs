@@ -8,10 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::{
     parent::Parent,
+    plugin::source::SourceRef,
     reconcile::{
         Context,
         prepare::{Resolved, resolve_plugin},
@@ -50,8 +51,13 @@ pub(super) fn loading(ctx: &Context, parents: impl Iterator<Item = Parent>) -> u
 /// Calls `waiting` (which starts loads and counts what still waits) until it returns 0, or
 /// [`WARM_UP_LIMIT`] has passed, or, once this replica leads, [`LEADER_WARM_UP_LIMIT`] (a
 /// replica that takes the lease while warming up, as in a rolling update, must not wait for all
-/// of its warm-up).
-pub(super) async fn warm_up(mut waiting: impl FnMut() -> usize, leading: &watch::Receiver<bool>) {
+/// of its warm-up). It looks again as soon as `changes` (the plugin registry's) says a source
+/// loaded or failed, and otherwise after a pause.
+pub(super) async fn warm_up(
+    mut waiting: impl FnMut() -> usize,
+    leading: &watch::Receiver<bool>,
+    mut changes: broadcast::Receiver<SourceRef>,
+) {
     let started = Instant::now();
     loop {
         let loading = waiting();
@@ -77,11 +83,25 @@ pub(super) async fn warm_up(mut waiting: impl FnMut() -> usize, leading: &watch:
             );
             return;
         }
-        // A pass reads every parent: at 10,000 not something to run back to back.
-        let pause = if leads { 100 } else { 250 };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // A pass reads every parent: at 10,000 not something to run back to back, so a change
+        // is waited for at most a pause, and the changes of a burst (several plugins loading
+        // from the compiled cache at once) are taken together.
+        let pause = Duration::from_millis(if leads { 100 } else { 250 });
+        let changed = async {
+            match changes.recv().await {
+                // No registry any more: only the pause is left to wait for.
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    tokio::time::sleep(BURST).await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(pause, changed).await;
     }
 }
+
+/// How long the warm-up lets plugin loads pile up after the first it hears of, before it looks.
+const BURST: Duration = Duration::from_millis(10);
 
 /// Which bound kinds (by kind mark) are warm: their instances' cache synced and the plugin
 /// those instances use loaded (or given up on, see [`WARM_UP_LIMIT`]). Each bound kind's
