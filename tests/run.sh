@@ -14,7 +14,9 @@ cd "$ROOT"
 source deploy/local/env.sh
 source tests/local-only.sh
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it started, in minutes and seconds since the run did: which steps a
+# 20-minute CI budget goes to.
+step() { printf '\n==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # A failing test's message, not 50 frames of the test harness: CI keeps only the end of the
 # output, and a backtrace once pushed the assertion that failed out of it. The message names its
