@@ -273,6 +273,44 @@ pub(crate) fn instances_of(
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
+/// Creates the instance `cache` of `group`'s `KVStore` (one replica, claims deleted with it) in
+/// `namespace` and waits until `kubectl wait` sees it Ready.
+async fn create_cache(
+    local: &Local,
+    instances: &Api<DynamicObject>,
+    namespace: &str,
+    group: &str,
+) -> anyhow::Result<()> {
+    let instance: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "KVStore",
+        "metadata": {"name": "cache"},
+        "spec": {"version": "7.2.4", "replicas": 1, "retention": "Delete"},
+    }))?;
+    instances.create(&PostParams::default(), &instance).await?;
+    wait_ready(local, namespace, &format!("kvstores.{group}/cache")).await
+}
+
+/// Sets the instance `cache` to two replicas and waits for its StatefulSet to follow (`what`
+/// says under whom).
+async fn scale_cache(
+    instances: &Api<DynamicObject>,
+    sets: &Api<StatefulSet>,
+    what: &str,
+) -> anyhow::Result<()> {
+    instances
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+        )
+        .await?;
+    wait_for(what, Duration::from_secs(60), || async {
+        let set = sets.get("cache").await?;
+        Ok((set.spec.replicas == Some(2)).then_some(()))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_kind_bound_to_a_plugin_is_served_like_an_app() -> anyhow::Result<()> {
     let local = Local::discover()?;
@@ -339,13 +377,7 @@ async fn a_kind_bound_to_a_plugin_is_served_like_an_app() -> anyhow::Result<()> 
 
     // An instance: its author writes the version and the configuration, nothing else.
     let instances = instances_in(&client, &ns.name, &group);
-    let instance: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1"), "kind": "KVStore",
-        "metadata": {"name": "cache"},
-        "spec": {"version": "7.2.4", "replicas": 1, "retention": "Delete"},
-    }))?;
-    instances.create(&PostParams::default(), &instance).await?;
-    wait_ready(&local, &ns.name, &format!("kvstores.{group}/cache")).await?;
+    create_cache(&local, &instances, &ns.name, &group).await?;
     let served = instances.get("cache").await?;
     let status = &served.data["status"];
     assert_eq!(status["version"], "7.2.4", "{status}");
@@ -403,22 +435,7 @@ async fn a_kind_bound_to_a_plugin_is_served_like_an_app() -> anyhow::Result<()> 
     );
 
     // A change of its spec rolls out.
-    instances
-        .patch(
-            "cache",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
-        )
-        .await?;
-    wait_for(
-        "the StatefulSet to follow spec.replicas",
-        Duration::from_secs(60),
-        || async {
-            let set = sets.get("cache").await?;
-            Ok((set.spec.replicas == Some(2)).then_some(()))
-        },
-    )
-    .await?;
+    scale_cache(&instances, &sets, "the StatefulSet to follow spec.replicas").await?;
 
     // A push of the binding's plugin reaches the instance live.
     OciSource::new(None, vec![])?
@@ -921,13 +938,7 @@ async fn a_standby_is_warm_for_bound_kinds_too() -> anyhow::Result<()> {
     let (status, _, message) = valid(&bindings, &id).await?;
     assert_eq!(status, "True", "{message}");
     let instances = instances_in(&client, &ns.name, &group);
-    let instance: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1"), "kind": "KVStore",
-        "metadata": {"name": "cache"},
-        "spec": {"version": "7.2.4", "replicas": 1, "retention": "Delete"},
-    }))?;
-    instances.create(&PostParams::default(), &instance).await?;
-    wait_ready(&local, &ns.name, &format!("kvstores.{group}/cache")).await?;
+    create_cache(&local, &instances, &ns.name, &group).await?;
 
     // Ready means warm: the standby loaded the binding's plugin (from the registry, its cache
     // being its own) before /readyz answered, and did nothing else.
@@ -967,21 +978,11 @@ async fn a_standby_is_warm_for_bound_kinds_too() -> anyhow::Result<()> {
         },
     )
     .await?;
-    instances
-        .patch(
-            "cache",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
-        )
-        .await?;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
-    wait_for(
+    scale_cache(
+        &instances,
+        &sets,
         "the StatefulSet to follow spec.replicas under the new leader",
-        Duration::from_secs(60),
-        || async {
-            let set = sets.get("cache").await?;
-            Ok((set.spec.replicas == Some(2)).then_some(()))
-        },
     )
     .await?;
     assert_eq!(
