@@ -114,12 +114,20 @@ pub(crate) fn start(
             }
         }
         let mut bound = Bound::new();
+        // Whether `bound` is what a pass found (rather than what `observe` took on trust).
+        let mut checked = false;
         loop {
             let bindings = store.state();
             let seen = fingerprint(&bindings);
             let leads = *leading.borrow_and_update();
             bound = match leads {
-                true => serve.pass(&bindings, &bound).await,
+                // What `observe` found is not a verdict: the first pass gives none of it the
+                // grace a kind in force gets (a refusal stops it at once).
+                true => {
+                    let last = if checked { bound } else { Bound::new() };
+                    checked = true;
+                    serve.pass(&bindings, &last).await
+                }
                 false => serve.observe(&bindings).await,
             };
             tx.send_if_modified(|current| {
@@ -260,9 +268,11 @@ impl Serve {
     /// What a replica that does not lead serves once it does, as far as it can tell without
     /// writing: the bindings it selects whose status (the leader's) says `Valid` for their
     /// generation, and whose kind it finds as [`Self::pass`] would. The leader's status stands
-    /// in for the access review, a `create` the write fence holds back until this replica
-    /// leads; [`Self::pass`] asks then, and what it finds replaces this (equal kinds keep their
-    /// controllers, and the caches those filled).
+    /// in for the access review: a review is a `create`, and a replica writes nothing before it
+    /// leads (the write fence lets a replica that never led write, so this is where that is
+    /// kept). [`Self::pass`] asks once it leads, and what it finds replaces this (equal kinds
+    /// keep their controllers, and the caches those filled). Trusting the status buys reads
+    /// only: a cache of the kind's instances and their plugin loaded, nothing reconciled.
     async fn observe(&mut self, all: &[Arc<PluginBinding>]) -> Bound {
         let winners = check::winners(all.iter().map(AsRef::as_ref));
         let mut bound = Bound::new();

@@ -2,7 +2,7 @@
 //! kind a valid `PluginBinding` binds ([`crate::binding::serve`] says which), started,
 //! restarted and stopped as the bindings change. A kind found at run time is one
 //! `ApiResource`, not a new code path: the reconcile is the App's ([`crate::reconcile`]), on
-//! the instance read as a [`Parent`](crate::parent::Parent).
+//! the instance read as a [`Parent`].
 //!
 //! Each controller's triggers are the App controller's, for its kind: changes of the objects
 //! its instances own or label (routed here by kind mark from the kind table's watches), swaps
@@ -166,6 +166,22 @@ async fn serve_kind(
     };
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
+    // The kind's own gate: the replica's, and this kind's cache synced. Opened on a cache still
+    // listing, `on_open` below would miss the instances not in the store yet, whose list items
+    // the shut gate dropped; they would wait for a change of their own.
+    let (open_tx, open) = watch::channel(false);
+    let opener = {
+        let (store, mut gate) = (store.clone(), shared.gate.clone());
+        tokio::spawn(async move {
+            ready_of(store).await;
+            if gate.wait_for(|open| *open).await.is_ok() {
+                open_tx.send_replace(true);
+            }
+            // The sender lives until the controller stops: a gate that closes without opening
+            // (the replica stopping) must not open this one.
+            std::future::pending::<()>().await;
+        })
+    };
     // Every trigger waits for the gate; the cache fills meanwhile (the reflector is polled all
     // along), and every instance is reconciled when the gate opens.
     let stream = after_sync(
@@ -176,7 +192,7 @@ async fn serve_kind(
         .backoff(WatchBackoff::default())
         .applied_objects()
         .predicate_filter(parent_changed::<DynamicObject>, Default::default()),
-        shared.gate.clone(),
+        open.clone(),
         {
             let store = store.clone();
             move || {
@@ -197,14 +213,14 @@ async fn serve_kind(
             UnboundedReceiverStream::new(triggers).map(move |key| {
                 ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace)
             }),
-            shared.gate.clone(),
+            open.clone(),
             Vec::new,
         )
     };
     let warming = tokio::spawn(warm_kind(shared.clone(), kind.clone(), store.clone()));
     let swaps = after_sync(
         plugin_changes(&shared.runtime, &kind, store.clone()),
-        shared.gate.clone(),
+        open.clone(),
         Vec::new,
     );
     let policy_moves = {
@@ -216,7 +232,7 @@ async fn serve_kind(
                 move |o: &DynamicObject| ObjectRef::from_obj_with(o, resource.clone()),
                 move |o: &DynamicObject| format!("{}/{}", kind.mark(), o.name_any()),
             ),
-            shared.gate.clone(),
+            open,
             Vec::new,
         )
     };
@@ -267,6 +283,7 @@ async fn serve_kind(
         .await;
     forget_deleted.abort();
     warming.abort();
+    opener.abort();
     shared.warmth.forget(&kind.mark());
     // The kind is no longer served here: none of its instances is due (a stall check of
     // /healthz on them would restart the host for nothing).

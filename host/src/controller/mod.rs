@@ -248,13 +248,18 @@ pub async fn run(
                 warmth.clone(),
             );
             let kind = crate::parent::ParentKind::app();
+            let mut first = None;
             move || {
                 let apps = apps.state();
                 let parents = apps
                     .iter()
                     .map(|app| crate::parent::Parent::from_app(app, kind.clone()));
+                // PluginBindings the host cannot list (an install without bound kinds' RBAC)
+                // hold the warm-up for a while only, not for all of `WARM_UP_LIMIT`.
+                let started = *first.get_or_insert_with(std::time::Instant::now);
+                let unlisted = !*listed.borrow() && started.elapsed() < warm::BINDINGS_LISTING_WAIT;
                 warm::loading(&ctx, parents)
-                    + usize::from(!*listed.borrow())
+                    + usize::from(unlisted)
                     + warmth.cold(bound.borrow().keys())
             }
         };

@@ -30,6 +30,11 @@ pub(super) const WARM_UP_LIMIT: Duration = Duration::from_secs(120);
 /// it has loaded, so without the wait every App of a restarted host took two reconciles.
 pub(super) const LEADER_WARM_UP_LIMIT: Duration = Duration::from_secs(2);
 
+/// How long the warm-up waits for the PluginBindings to be read once (to know which bound kinds
+/// to wait for): they come with the first listing, in milliseconds, unless the host may not
+/// list them.
+pub(super) const BINDINGS_LISTING_WAIT: Duration = Duration::from_secs(10);
+
 /// How often a standby looks for parents whose plugin it has not loaded yet.
 pub(super) const WARM_PASS: Duration = Duration::from_secs(2);
 
