@@ -204,9 +204,22 @@ async fn serve_kind(
             }
         },
     );
-    let controller = Controller::for_stream_with(stream, store.clone(), resource.clone())
-        .trigger_backoff(NoDelay)
-        .with_config(ControllerConfig::default().concurrency(shared.concurrency));
+    let instance_triggers = {
+        let resource = resource.clone();
+        stream.filter_map(move |object| {
+            futures::future::ready(match object {
+                Ok(object) => Some(ObjectRef::from_obj_with(&object, resource.clone())),
+                Err(err) => {
+                    tracing::debug!(error = %err, "bound kind's watch error");
+                    None
+                }
+            })
+        })
+    };
+    let controller =
+        Controller::for_stream_with(futures::stream::pending(), store.clone(), resource.clone())
+            .trigger_backoff(NoDelay)
+            .with_config(ControllerConfig::default().concurrency(shared.concurrency));
     let object_changes = {
         let resource = resource.clone();
         after_sync(
@@ -262,10 +275,18 @@ async fn serve_kind(
         ctx: shared.ctx.clone(),
         kind: kind.clone(),
     });
+    // As for Apps: an instance's own changes, its plugin's and its policy's go first.
+    let (requests, done) = crate::controller::priority::prioritize(
+        futures::stream::select(
+            futures::stream::select(instance_triggers, swaps),
+            policy_moves,
+        ),
+        object_changes,
+        shared.concurrency.into(),
+        shared.ctx.metrics.queued.clone(),
+    );
     controller
-        .reconcile_on(object_changes)
-        .reconcile_on(swaps)
-        .reconcile_on(policy_moves)
+        .reconcile_on(requests)
         .graceful_shutdown_on(async move {
             let _ = stop.await;
         })
@@ -274,10 +295,13 @@ async fn serve_kind(
             reconcile::error_policy_instance,
             context,
         )
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(instance = %object, "reconciled"),
-                Err(err) => tracing::debug!(error = %err, "reconcile error"),
+        .for_each(|result| {
+            done.result(&result);
+            async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(instance = %object, "reconciled"),
+                    Err(err) => tracing::debug!(error = %err, "reconcile error"),
+                }
             }
         })
         .await;

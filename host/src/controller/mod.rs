@@ -30,6 +30,7 @@ pub(crate) mod bound;
 pub mod cache;
 pub mod coalesce;
 pub mod kinds;
+pub mod priority;
 pub mod reflect;
 pub mod trim;
 mod warm;
@@ -114,7 +115,18 @@ pub async fn run(
             apps.state().iter().map(|app| Ok(App::clone(app))).collect()
         })
     };
-    let controller = Controller::for_stream(app_stream, apps.clone())
+    // The App watch's triggers go through the priority queue below with the other urgent ones:
+    // the controller's own trigger stream is left empty.
+    let app_triggers = app_stream.filter_map(|app| {
+        futures::future::ready(match app {
+            Ok(app) => Some(ObjectRef::from_obj(&app)),
+            Err(err) => {
+                tracing::debug!(error = %err, "App watch error");
+                None
+            }
+        })
+    });
+    let controller = Controller::for_stream(futures::stream::pending(), apps.clone())
         .trigger_backoff(NoDelay)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency));
     // Every kind of the kind table: its cache, and its changes as triggers, coalesced per
@@ -329,16 +341,24 @@ pub async fn run(
             stop_rx.clone(),
         ))
     };
+    // An App's own changes, its plugin's and its policy's go before its objects' changes.
+    let (requests, done) = priority::prioritize(
+        futures::stream::select(futures::stream::select(app_triggers, swaps), policy_moves),
+        object_changes,
+        settings.concurrency.into(),
+        settings.metrics.queued.clone(),
+    );
     controller
-        .reconcile_on(object_changes)
-        .reconcile_on(swaps)
-        .reconcile_on(policy_moves)
+        .reconcile_on(requests)
         .graceful_shutdown_on(stopped)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((app, _)) => tracing::debug!(app = %app, "reconciled"),
-                Err(err) => tracing::debug!(error = %err, "reconcile error"),
+        .for_each(|result| {
+            done.result(&result);
+            async move {
+                match result {
+                    Ok((app, _)) => tracing::debug!(app = %app, "reconciled"),
+                    Err(err) => tracing::debug!(error = %err, "reconcile error"),
+                }
             }
         })
         .await;

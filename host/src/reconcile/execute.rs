@@ -47,6 +47,8 @@ pub struct ReconcileMetrics {
     duration: Histogram,
     writes: Family<Labels, Counter>,
     in_flight: Gauge,
+    /// Reconcile requests waiting for a slot, by priority.
+    pub queued: crate::controller::priority::Depth,
     /// The size of the caches the reconciles read.
     pub cache: crate::controller::cache::CacheMetrics,
 }
@@ -61,8 +63,15 @@ impl ReconcileMetrics {
             ]),
             writes: Family::default(),
             in_flight: Gauge::default(),
+            queued: crate::controller::priority::Depth::default(),
             cache: crate::controller::cache::CacheMetrics::register(registry),
         };
+        registry.register(
+            "reconcile_queued",
+            "Reconcile requests waiting for a slot, by priority (urgent: a parent's own change, \
+             its plugin's or its policy's; routine: a change to its objects)",
+            metrics.queued.family(),
+        );
         registry.register(
             "reconcile",
             "Reconciles by result (success, backoff: the decision was a failure, error) and the \
@@ -936,6 +945,11 @@ mod tests {
         let reconcile = ReconcileMetrics::register(&mut registry);
         reconcile.reconciled("success", "App.wasmop.dev", std::time::Instant::now());
         reconcile.wrote("apply", "ConfigMap");
+        reconcile
+            .queued
+            .family()
+            .get_or_create(&vec![("priority", "urgent")])
+            .set(0);
         let _cache = crate::controller::cache::Cache::new(&reconcile.cache, "configmaps");
         let plugin = PluginMetrics::register(&mut registry);
         plugin.load("loaded", "");
