@@ -654,6 +654,38 @@ fn conditions_make_one_event_per_reconcile_and_a_good_start_is_not_news() {
     );
 }
 
+/// A rollout in progress is looked at again after `ROLLOUT_RECHECK` if nothing changes (the
+/// watches bring every change of the App's objects sooner), or sooner if the plugin asks; a
+/// finished one at the resync.
+#[test]
+fn a_rollout_in_progress_is_looked_at_again_within_the_recheck() {
+    let mut plugin = Script::new(vec![cm("a", "1")]);
+    plugin.caps.insert(Capability::Health);
+    plugin.health = Some((HealthState::Progressing, false));
+    let first = snapshot(AppStatus::default(), vec![]);
+    let d1 = decide(&first, &mut plugin, &Check);
+    let mut second = snapshot(d1.status.clone(), perform(&first.observed, &d1));
+    second.now = later();
+    let d2 = decide(&second, &mut plugin, &Check);
+    assert_eq!(
+        condition(&d2.status, "Ready").0,
+        "False",
+        "{:#?}",
+        d2.status
+    );
+    assert_eq!(d2.requeue, Requeue::After(ROLLOUT_RECHECK));
+
+    plugin.requeue = Some(Duration::from_secs(7));
+    let d2 = decide(&second, &mut plugin, &Check);
+    assert_eq!(d2.requeue, Requeue::After(Duration::from_secs(7)));
+
+    plugin.requeue = None;
+    plugin.health = Some((HealthState::Healthy, true));
+    let d2 = decide(&second, &mut plugin, &Check);
+    assert_eq!(condition(&d2.status, "Ready").0, "True");
+    assert_eq!(d2.requeue, Requeue::After(RESYNC));
+}
+
 /// An App that takes a few reconciles to come up is quiet on the way (its conditions' flips
 /// are progress, its arrival is its Ready condition) and writes one status: the first
 /// reconcile, which creates its objects, leaves the status to the next. After it, a recovery

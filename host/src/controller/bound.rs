@@ -19,7 +19,7 @@ use kube::{
     api::DynamicObject,
     runtime::{
         Controller, WatchStreamExt,
-        controller::Config as ControllerConfig,
+        controller::{Action, Config as ControllerConfig},
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -276,7 +276,7 @@ async fn serve_kind(
         kind: kind.clone(),
     });
     // As for Apps: an instance's own changes, its plugin's and its policy's go first.
-    let (requests, done) = crate::controller::priority::prioritize(
+    let (requests, queue) = crate::controller::priority::prioritize(
         futures::stream::select(
             futures::stream::select(instance_triggers, swaps),
             policy_moves,
@@ -291,12 +291,33 @@ async fn serve_kind(
             let _ = stop.await;
         })
         .run(
-            reconcile::reconcile_instance,
-            reconcile::error_policy_instance,
+            {
+                let (queue, resource) = (queue.clone(), resource.clone());
+                move |object: Arc<DynamicObject>, context| {
+                    let (queue, at) = (
+                        queue.clone(),
+                        ObjectRef::from_obj_with(object.as_ref(), resource.clone()),
+                    );
+                    async move {
+                        let next = reconcile::reconcile_instance(object, context).await?;
+                        queue.requeue(at, next.after());
+                        Ok::<_, reconcile::Error>(Action::await_change())
+                    }
+                }
+            },
+            {
+                let (queue, resource) = (queue.clone(), resource.clone());
+                move |object: Arc<DynamicObject>, err: &reconcile::Error, context| {
+                    let at = ObjectRef::from_obj_with(object.as_ref(), resource.clone());
+                    let next = reconcile::error_policy_instance(object, err, context);
+                    queue.requeue(at, next.after());
+                    Action::await_change()
+                }
+            },
             context,
         )
         .for_each(|result| {
-            done.result(&result);
+            queue.result(&result);
             async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(instance = %object, "reconciled"),

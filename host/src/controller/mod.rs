@@ -9,7 +9,7 @@ use kube::{
     Client, ResourceExt,
     runtime::{
         Controller, WatchStreamExt,
-        controller::Config as ControllerConfig,
+        controller::{Action, Config as ControllerConfig},
         events::{Recorder, Reporter},
         reflector::{self, ObjectRef, Store},
         watcher,
@@ -342,7 +342,7 @@ pub async fn run(
         ))
     };
     // An App's own changes, its plugin's and its policy's go before its objects' changes.
-    let (requests, done) = priority::prioritize(
+    let (requests, queue) = priority::prioritize(
         futures::stream::select(futures::stream::select(app_triggers, swaps), policy_moves),
         object_changes,
         settings.concurrency.into(),
@@ -351,9 +351,31 @@ pub async fn run(
     controller
         .reconcile_on(requests)
         .graceful_shutdown_on(stopped)
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(
+            {
+                let queue = queue.clone();
+                move |app: Arc<App>, ctx| {
+                    let queue = queue.clone();
+                    async move {
+                        let object = ObjectRef::from_obj(app.as_ref());
+                        let next = reconcile::reconcile(app, ctx).await?;
+                        queue.requeue(object, next.after());
+                        Ok::<_, reconcile::Error>(Action::await_change())
+                    }
+                }
+            },
+            {
+                let queue = queue.clone();
+                move |app: Arc<App>, err: &reconcile::Error, ctx| {
+                    let object = ObjectRef::from_obj(app.as_ref());
+                    queue.requeue(object, reconcile::error_policy(app, err, ctx).after());
+                    Action::await_change()
+                }
+            },
+            ctx,
+        )
         .for_each(|result| {
-            done.result(&result);
+            queue.result(&result);
             async move {
                 match result {
                     Ok((app, _)) => tracing::debug!(app = %app, "reconciled"),

@@ -1,24 +1,30 @@
 //! Orders reconcile requests before a kube-runtime `Controller` takes them: a parent's own
-//! changes first, its objects' changes after.
+//! changes first, its objects' changes and its requeues after.
 //!
 //! A controller with all its reconcile slots busy keeps every request that comes due in a hash
 //! set and takes them in that set's order: at random. While 5,500 new Apps converged (bench,
 //! 2026-12-07), 10.6 reconciles ran per App, most of them for a change of an App's Pods or
-//! Deployment, and an App waiting for its first reconcile (the one that writes its objects)
-//! waited behind them by chance. controller-runtime 0.23 answers the same with its priority
-//! queue. Here, requests wait in this queue, not in the controller's: it hands the controller
-//! at most as many as it has slots (each counted from its release until the controller reports
-//! a reconcile of that parent done), **urgent** ones (a parent created, its spec or finalizers
-//! changed, its plugin swapped, its policy moved) before **routine** ones (the changes to its
-//! objects, [`crate::controller::coalesce`]d), each level first come, first served. A routine
-//! request that has waited [`ROUTINE_MAX_WAIT`] goes first, so a steady stream of new parents
-//! holds no parent's status back for longer than that.
+//! Deployment or to look again at a rollout in progress, and an App waiting for its first
+//! reconcile (the one that writes its objects) waited behind them by chance.
+//! controller-runtime 0.23 answers the same with its priority queue. Here, every request waits
+//! in this queue, not in the controller's: it hands the controller at most as many as it has
+//! slots (each counted from its release until the controller reports a reconcile of that
+//! parent done), **urgent** ones (a parent created, its spec or finalizers changed, its plugin
+//! swapped, its policy moved) before **routine** ones (the changes to its objects,
+//! [`crate::controller::coalesce`]d, and its requeues: a resync, a look again at a rollout, a
+//! retry after a failure), each level first come, first served. Once a routine request has
+//! waited [`ROUTINE_MAX_WAIT`], routine and urgent requests take turns, so that neither level
+//! can hold the other back for good.
 //!
-//! The controller's own requeues (resyncs, retries after a failure) do not come through here;
-//! they take a slot when it comes free, as before.
+//! Requeues come here too ([`Handle::requeue`]): a reconcile hands kube-runtime
+//! `Action::await_change()` and its wait to this queue, which keeps one timer per parent (the
+//! earliest), dropped when the parent is handed over for any other reason, as kube-runtime's
+//! scheduler does. So the controller runs only what this queue hands it, and its slots are
+//! this queue's to count.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap, VecDeque},
     time::Duration,
 };
 
@@ -27,7 +33,7 @@ use kube::runtime::reflector::ObjectRef;
 use prometheus_client::metrics::{family::Family, gauge::Gauge};
 use tokio::{sync::mpsc, time::Instant};
 
-/// The longest a routine request waits while urgent ones keep coming.
+/// How long a routine request waits before it takes turns with urgent ones.
 pub const ROUTINE_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a request handed to the controller holds its slot here at most without word that
@@ -73,29 +79,49 @@ impl Depth {
     }
 }
 
-/// Tells the queue that a reconcile of a parent finished (or that the controller found no such
-/// parent), freeing its slot. Every result of the controller's `run` stream goes here.
-#[derive(Clone)]
-pub struct Done(mpsc::UnboundedSender<Key>);
+/// What the controller tells its queue.
+enum Report<K: kube::Resource> {
+    /// A reconcile of this parent finished (or the controller found no such parent).
+    Done(Key),
+    /// Reconcile this parent again after this long, unless something brings it sooner.
+    After(ObjectRef<K>, Duration),
+}
 
-impl Done {
-    /// The reconcile of the parent `name` in `namespace` is done.
+/// The controller's side of its queue: requeues and finished reconciles.
+pub struct Handle<K: kube::Resource>(mpsc::UnboundedSender<Report<K>>);
+
+impl<K: kube::Resource> Clone for Handle<K> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K: kube::Resource> Handle<K> {
+    /// Reconcile `object` again after `after` (`None`: only when something changes).
+    pub fn requeue(&self, object: ObjectRef<K>, after: Option<Duration>) {
+        if let Some(after) = after {
+            // The queue gone: the controller is stopping.
+            let _ = self.0.send(Report::After(object, after));
+        }
+    }
+
+    /// The reconcile of the parent `name` in `namespace` is done, freeing its slot.
     pub fn finished(&self, namespace: Option<&str>, name: &str) {
-        // The queue gone: the controller is stopping, and nothing waits for slots.
-        let _ = self
-            .0
-            .send((namespace.map(str::to_string), name.to_string()));
+        let _ = self.0.send(Report::Done((
+            namespace.map(str::to_string),
+            name.to_string(),
+        )));
     }
 
     /// Frees the slot of whichever parent a result of the controller's `run` stream names.
-    pub fn result<K, E1, E2>(
+    /// Every result goes here.
+    pub fn result<E1, E2>(
         &self,
         result: &Result<
             (ObjectRef<K>, kube::runtime::controller::Action),
             kube::runtime::controller::Error<E1, E2>,
         >,
     ) where
-        K: kube::Resource,
         E1: std::error::Error + 'static,
         E2: std::error::Error + 'static,
     {
@@ -112,47 +138,49 @@ impl Done {
 }
 
 /// Merges `urgent` and `routine` into one stream for `Controller::reconcile_on` that yields at
-/// most `slots` requests whose reconciles are not [`Done`] yet (0: no bound), urgent ones
-/// first. A parent asked for twice while it waits is yielded once, at the more urgent level; a
-/// parent asked for while handed to the controller waits until that reconcile is done (the
-/// controller would hold it too, and runs it again after). The stream ends once both inputs
-/// have ended and nothing waits.
+/// most `slots` requests whose reconciles are not reported done yet (0: no bound), in the order
+/// the module describes. A parent asked for twice while it waits is yielded once, at the more
+/// urgent level; a parent asked for while handed to the controller waits until that reconcile
+/// is done (the controller would hold it too, and runs it again after). The stream ends once
+/// both inputs have ended and nothing waits or is timed.
 pub fn prioritize<K, U, R>(
     urgent: U,
     routine: R,
     slots: usize,
     depth: Depth,
-) -> (impl Stream<Item = ObjectRef<K>> + Send, Done)
+) -> (impl Stream<Item = ObjectRef<K>> + Send, Handle<K>)
 where
     K: kube::Resource + 'static,
     K::DynamicType: Clone + Send + Sync,
     U: Stream<Item = ObjectRef<K>> + Send + 'static,
     R: Stream<Item = ObjectRef<K>> + Send + 'static,
 {
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
     let queue = Queue::new(slots, depth);
     let state = (
         queue,
         urgent.boxed().fuse(),
         routine.boxed().fuse(),
-        done_rx,
+        report_rx,
     );
     let out = stream::unfold(
         state,
-        |(mut queue, mut urgent, mut routine, mut done)| async move {
+        |(mut queue, mut urgent, mut routine, mut reports)| async move {
             loop {
                 let now = Instant::now();
+                queue.fire_timers(now);
                 if let Some(object) = queue.release(now) {
-                    return Some((object, (queue, urgent, routine, done)));
+                    return Some((object, (queue, urgent, routine, reports)));
                 }
                 if urgent.is_done() && routine.is_done() && queue.is_empty() {
                     return None;
                 }
                 // Blocked on slots: the oldest release's timeout frees one too.
-                let timeout = (!queue.is_empty())
+                let timeout = (!queue.waiting.is_empty())
                     .then(|| queue.oldest_release())
                     .flatten()
                     .map(|at| at + RELEASE_TIMEOUT);
+                let wake = [timeout, queue.next_timer()].into_iter().flatten().min();
                 tokio::select! {
                     // In this order: what arrives is queued before a freed slot takes the next
                     // request, so a burst of requests is ordered whole (and tests repeat).
@@ -163,8 +191,11 @@ where
                     Some(object) = routine.next() => {
                         queue.push(object, Level::Routine, Instant::now());
                     }
-                    Some(key) = done.recv() => queue.done(&key),
-                    () = tokio::time::sleep_until(timeout.unwrap_or(now)), if timeout.is_some() => {}
+                    Some(report) = reports.recv() => match report {
+                        Report::Done(key) => queue.done(&key),
+                        Report::After(object, after) => queue.time(object, Instant::now() + after),
+                    },
+                    () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => {}
                     // Nothing can come any more, and nothing can free a slot: what waits is the
                     // controller's to drop, as it stops.
                     else => return None,
@@ -172,10 +203,10 @@ where
             }
         },
     );
-    (out, Done(done_tx))
+    (out, Handle(report_tx))
 }
 
-/// The requests waiting, and those handed to the controller.
+/// The requests waiting, those handed to the controller, and the timers.
 struct Queue<K: kube::Resource> {
     /// Each waiting parent's request, level and entry (its place in its level's line).
     waiting: HashMap<Key, (ObjectRef<K>, Level, u64)>,
@@ -184,10 +215,17 @@ struct Queue<K: kube::Resource> {
     urgent: VecDeque<(u64, Key)>,
     /// Routine entries with their arrival, in arrival order; likewise.
     routine: VecDeque<(Instant, u64, Key)>,
-    /// The next entry's number.
+    /// The next entry's (or timer's) number.
     next: u64,
     /// Parents handed to the controller, with when.
     released: HashMap<Key, Instant>,
+    /// Each timed parent's request, when it is due and its timer's number.
+    timers: HashMap<Key, (ObjectRef<K>, Instant, u64)>,
+    /// The timers by when they are due; an entry whose number is no longer its parent's timer
+    /// is stale and dropped when met.
+    due: BinaryHeap<Reverse<(Instant, u64, Key)>>,
+    /// Whether an overdue routine request goes before the next urgent one.
+    routine_turn: bool,
     slots: usize,
     depth: Depth,
 }
@@ -210,6 +248,9 @@ impl<K: kube::Resource> Queue<K> {
             routine: VecDeque::new(),
             next: 0,
             released: HashMap::new(),
+            timers: HashMap::new(),
+            due: BinaryHeap::new(),
+            routine_turn: false,
             slots: if slots == 0 { usize::MAX } else { slots },
             depth,
         }
@@ -239,6 +280,45 @@ impl<K: kube::Resource> Queue<K> {
         self.released.remove(key);
     }
 
+    /// Times `object` for `at`, unless its timer is due sooner.
+    fn time(&mut self, object: ObjectRef<K>, at: Instant) {
+        let key = (object.namespace.clone(), object.name.clone());
+        if self.timers.get(&key).is_some_and(|(_, due, _)| *due <= at) {
+            return;
+        }
+        let number = self.next;
+        self.next += 1;
+        self.due.push(Reverse((at, number, key.clone())));
+        self.timers.insert(key, (object, at, number));
+    }
+
+    /// Queues, as routine requests, the parents whose timers are due.
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(Reverse((at, number, key))) = self.due.peek() {
+            let live = self.timers.get(key).is_some_and(|(_, _, n)| n == number);
+            if live && *at > now {
+                break;
+            }
+            let Some(Reverse((_, _, key))) = self.due.pop() else {
+                break;
+            };
+            if live && let Some((object, _, _)) = self.timers.remove(&key) {
+                self.push(object, Level::Routine, now);
+            }
+        }
+    }
+
+    /// When the next live timer is due (stale ones ahead of it are dropped).
+    fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, number, key))) = self.due.peek() {
+            if self.timers.get(key).is_some_and(|(_, _, n)| n == number) {
+                return Some(*at);
+            }
+            self.due.pop();
+        }
+        None
+    }
+
     /// The next request to hand over, if a slot is free and one may go.
     fn release(&mut self, now: Instant) -> Option<ObjectRef<K>> {
         // A release never reported done stops holding its slot, and its parent may go again.
@@ -247,13 +327,22 @@ impl<K: kube::Resource> Queue<K> {
         if self.released.len() >= self.slots {
             return None;
         }
-        let overdue = self.take_routine(|at| now.duration_since(at) >= ROUTINE_MAX_WAIT);
+        let overdue = if self.routine_turn {
+            self.take_routine(|at| now.duration_since(at) >= ROUTINE_MAX_WAIT)
+        } else {
+            None
+        };
         let key = match overdue {
             Some(key) => key,
             None => self.take_urgent().or_else(|| self.take_routine(|_| true))?,
         };
         let (object, level, _) = self.waiting.remove(&key)?;
         self.depth.add(level, -1);
+        // After an urgent request, an overdue routine one may go next; after a routine one,
+        // urgent ones go first again.
+        self.routine_turn = level == Level::Urgent;
+        // Handed over for whatever reason, its timer has done its work.
+        self.timers.remove(&key);
         self.released.insert(key, now);
         Some(object)
     }
@@ -296,8 +385,9 @@ impl<K: kube::Resource> Queue<K> {
         None
     }
 
+    /// Whether nothing waits and nothing is timed.
     fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
+        self.waiting.is_empty() && self.timers.is_empty()
     }
 
     /// When the oldest request with the controller was handed over.
@@ -319,7 +409,7 @@ mod tests {
     type Out = std::pin::Pin<Box<dyn Stream<Item = ObjectRef<ConfigMap>> + Send>>;
 
     /// A queue of `slots` fed by two channels, urgent and routine.
-    fn queue(slots: usize) -> (Sender, Sender, Out, Done) {
+    fn queue(slots: usize) -> (Sender, Sender, Out, Handle<ConfigMap>) {
         let (urgent, urgent_rx) = mpsc::unbounded_channel();
         let (routine, routine_rx) = mpsc::unbounded_channel();
         let (out, done) = prioritize(
@@ -433,6 +523,71 @@ mod tests {
         assert_eq!(next_name(&mut out).await.as_deref(), Some("old"));
         done.finished(Some("ns"), "old");
         assert_eq!(next_name(&mut out).await.as_deref(), Some("new"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_routine_request_past_its_wait_takes_turns_with_urgent_ones() {
+        let (urgent, routine, mut out, done) = queue(1);
+        send(&urgent, "x");
+        assert_eq!(next_name(&mut out).await.as_deref(), Some("x"));
+        send(&routine, "r1");
+        send(&routine, "r2");
+        assert_eq!(next_name(&mut out).await, None);
+        tokio::time::sleep(ROUTINE_MAX_WAIT).await;
+        send(&urgent, "u1");
+        send(&urgent, "u2");
+        let mut order = Vec::new();
+        let mut last = "x".to_string();
+        for _ in 0..4 {
+            done.finished(Some("ns"), &last);
+            last = next_name(&mut out).await.expect("one more");
+            order.push(last.clone());
+        }
+        assert_eq!(order, ["r1", "u1", "r2", "u2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_requeue_comes_back_after_its_wait_unless_the_parent_went_sooner() {
+        let (urgent, _routine, mut out, done) = queue(1);
+        send(&urgent, "a");
+        assert_eq!(next_name(&mut out).await.as_deref(), Some("a"));
+        let start = Instant::now();
+        done.requeue(object("a"), Some(Duration::from_secs(20)));
+        // A later requeue does not push the earlier one back; no requeue is no timer.
+        done.requeue(object("a"), Some(Duration::from_secs(300)));
+        done.requeue(object("a"), None);
+        done.finished(Some("ns"), "a");
+        let again = out.next().await.map(|o| o.name);
+        assert_eq!(again.as_deref(), Some("a"));
+        assert_eq!(start.elapsed(), Duration::from_secs(20));
+
+        // Timed again, but a change hands it over first: the timer is spent.
+        done.requeue(object("a"), Some(Duration::from_secs(20)));
+        done.finished(Some("ns"), "a");
+        send(&urgent, "a");
+        assert_eq!(next_name(&mut out).await.as_deref(), Some("a"));
+        done.finished(Some("ns"), "a");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            next_name(&mut out).await,
+            None,
+            "the timer went with the change"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_due_while_its_parent_is_with_the_controller_waits_for_it() {
+        let (urgent, _routine, mut out, done) = queue(2);
+        send(&urgent, "a");
+        assert_eq!(next_name(&mut out).await.as_deref(), Some("a"));
+        done.requeue(object("a"), Some(Duration::from_secs(1)));
+        assert_eq!(
+            next_name(&mut out).await,
+            None,
+            "a is still being reconciled"
+        );
+        done.finished(Some("ns"), "a");
+        assert_eq!(next_name(&mut out).await.as_deref(), Some("a"));
     }
 
     #[tokio::test(start_paused = true)]

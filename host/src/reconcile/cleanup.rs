@@ -13,7 +13,6 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams},
-    runtime::controller::Action,
 };
 use wasmop_core::{
     Deletion, Finalizer, Snapshot,
@@ -24,7 +23,7 @@ use wasmop_core::{
 };
 
 use super::{
-    Context, Error,
+    Context, Error, Next,
     execute::publish,
     prepare::{Resolved, call_limits, resolve_plugin},
 };
@@ -35,7 +34,7 @@ use crate::{
 
 /// Decides and performs one pass of deleting `app`. `Ok` releases the finalizer (kube's
 /// helper removes it next); an `Error::Waiting` keeps it and looks again soon.
-pub async fn cleanup(parent: &Parent, ctx: &Context) -> Result<Action, Error> {
+pub async fn cleanup(parent: &Parent, ctx: &Context) -> Result<Next, Error> {
     let app = &parent.app;
     let (key, label) = (parent.key(), parent.describe());
     let namespace = parent.namespace();
@@ -141,7 +140,7 @@ async fn perform(
     ctx: &Context,
     namespace: &str,
     deletion: Deletion,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let (key, label) = (app.key(), app.describe());
     let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     for workload in &deletion.stop {
@@ -187,7 +186,7 @@ async fn perform(
     match deletion.finalizer {
         Finalizer::Release => {
             ctx.failures.succeeded(&key);
-            Ok(Action::await_change())
+            Ok(Next::AwaitChange)
         }
         Finalizer::Wait(message) => {
             ctx.failures.succeeded(&key);

@@ -13,10 +13,7 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
-    runtime::{
-        controller::Action,
-        events::{Event as KubeEvent, EventType},
-    },
+    runtime::events::{Event as KubeEvent, EventType},
 };
 use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -31,7 +28,7 @@ use wasmop_core::{
     stamp::AppRef,
 };
 
-use super::{Context, Error, prepare::Prepared, status};
+use super::{Context, Error, Next, prepare::Prepared, status};
 use crate::{
     controller::kinds::api_resource,
     parent::Parent,
@@ -140,10 +137,10 @@ pub async fn decide_and_execute(
     app: &Parent,
     ctx: &Context,
     prepared: Prepared,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let (snapshot, decision, rules) = match prepared {
         Prepared::PolicyUnknown => {
-            return Ok(Action::requeue(super::prepare::POLICY_WAIT));
+            return Ok(Next::After(super::prepare::POLICY_WAIT));
         }
         Prepared::Holding(snapshot) => {
             let decision = decide::decide(&snapshot, &mut NoPlugin, &NoPlugin);
@@ -197,14 +194,14 @@ pub async fn execute(
     snapshot: &Snapshot,
     decision: Decision,
     rules: Option<&PlanPolicy>,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     if decision.finalizer && !app.app.finalizers().iter().any(|f| f == super::FINALIZER) {
         match add_finalizer(app, ctx).await {
             Ok(()) => {}
             // The parent changed since the cache saw it: its watch event is on the way, and
             // the retry reads the finalizers again. Not a failure (no backoff, no warning).
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                return Ok(Action::requeue(CHANGED_RETRY));
+                return Ok(Next::After(CHANGED_RETRY));
             }
             Err(source) => {
                 return Err(Error::Kube {
@@ -246,7 +243,7 @@ pub async fn execute(
         Err(WriteError::Changed) => {
             let key = app.key();
             if ctx.changes.count(&key) <= CHANGED_RETRIES {
-                return Ok(Action::requeue(CHANGED_RETRY));
+                return Ok(Next::After(CHANGED_RETRY));
             }
             tracing::warn!(
                 parent = %key,
@@ -255,7 +252,7 @@ pub async fn execute(
             let after = ctx.failures.failed(&key);
             ctx.health
                 .reconcile_due(key, std::time::Instant::now() + after);
-            return Ok(Action::requeue(after));
+            return Ok(Next::After(after));
         }
     };
     let wrote = status::write(&ctx.client, app, &decision.status)
@@ -281,7 +278,7 @@ pub async fn execute(
     };
     ctx.health
         .reconcile_due(key, std::time::Instant::now() + after);
-    Ok(Action::requeue(after))
+    Ok(Next::After(after))
 }
 
 /// Adds the cleanup finalizer to `app` before anything the decision writes, so that deleting

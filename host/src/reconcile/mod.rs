@@ -48,6 +48,27 @@ use crate::{
 
 pub use wasmop_core::decide::{RESYNC, SHORT_REQUEUE};
 
+/// When a parent is to be reconciled again if nothing changes before: what a reconcile and a
+/// failure's policy return. The controller's own queue ([`crate::controller::priority`]) keeps
+/// these, not kube-runtime's scheduler, so that they take their turn with the other requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Only a change brings the parent back.
+    AwaitChange,
+    /// After this long, unless a change comes first.
+    After(Duration),
+}
+
+impl Next {
+    /// The wait, if any.
+    pub fn after(self) -> Option<Duration> {
+        match self {
+            Self::AwaitChange => None,
+            Self::After(after) => Some(after),
+        }
+    }
+}
+
 /// The finalizer that guards an App's cleanup (the decision core's: deletion is decided there).
 pub const FINALIZER: &str = wasmop_core::deletion::FINALIZER;
 
@@ -177,7 +198,7 @@ pub struct BoundContext {
 }
 
 /// Reconciles one App (the App controller's entry point).
-pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Next, Error> {
     let api: Api<App> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     let kind = ParentKind::app();
     reconcile_object(app, api, |app| Parent::from_app(app, kind.clone()), &ctx).await
@@ -187,7 +208,7 @@ pub async fn reconcile(app: Arc<App>, ctx: Arc<Context>) -> Result<Action, Error
 pub async fn reconcile_instance(
     object: Arc<DynamicObject>,
     bound: Arc<BoundContext>,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         bound.ctx.client.clone(),
         &object.namespace().unwrap_or_default(),
@@ -200,7 +221,7 @@ pub async fn reconcile_instance(
         && object.meta().deletion_timestamp.is_none()
         && !object.finalizers().iter().any(|f| f == FINALIZER)
     {
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     let kind = bound.kind.clone();
     reconcile_object(
@@ -218,7 +239,7 @@ async fn reconcile_object<K>(
     api: Api<K>,
     parent_of: impl Fn(&K) -> Parent,
     ctx: &Context,
-) -> Result<Action, Error>
+) -> Result<Next, Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
@@ -233,19 +254,24 @@ where
     // nothing to do: its objects follow through their owner references.
     let result = if !object.finalizers().iter().any(|f| f == FINALIZER) {
         match object.meta().deletion_timestamp {
-            Some(_) => Ok(Action::await_change()),
+            Some(_) => Ok(Next::AwaitChange),
             None => apply_parent(&parent_of(&object), ctx).await,
         }
     } else {
+        // kube's helper speaks `Action`, which says nothing readable about its requeue: the
+        // `Next` travels beside it.
+        let mut next = Next::AwaitChange;
         finalizer(&api, FINALIZER, object, |event| async {
-            match event {
-                finalizer::Event::Apply(object) => apply_parent(&parent_of(&object), ctx).await,
+            next = match event {
+                finalizer::Event::Apply(object) => apply_parent(&parent_of(&object), ctx).await?,
                 finalizer::Event::Cleanup(object) => {
-                    cleanup::cleanup(&parent_of(&object), ctx).await
+                    cleanup::cleanup(&parent_of(&object), ctx).await?
                 }
-            }
+            };
+            Ok(Action::await_change())
         })
         .await
+        .map(|_| next)
         .map_err(|err| match err {
             finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
             other => Error::Finalizer {
@@ -266,7 +292,7 @@ where
 }
 
 /// What the App controller does after a failed reconcile.
-pub fn error_policy(app: Arc<App>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(app: Arc<App>, error: &Error, ctx: Arc<Context>) -> Next {
     let key = key_of(
         &ParentKind::app(),
         &app.namespace().unwrap_or_default(),
@@ -280,7 +306,7 @@ pub fn error_policy_instance(
     object: Arc<DynamicObject>,
     error: &Error,
     bound: Arc<BoundContext>,
-) -> Action {
+) -> Next {
     let key = key_of(
         &bound.kind,
         &object.namespace().unwrap_or_default(),
@@ -289,18 +315,18 @@ pub fn error_policy_instance(
     failed(&key, error, &bound.ctx)
 }
 
-fn failed(key: &str, error: &Error, ctx: &Context) -> Action {
+fn failed(key: &str, error: &Error, ctx: &Context) -> Next {
     tracing::warn!(parent = %key, reason = error.metric_label(), error = %error, "reconcile failed");
     let after = ctx.failures.failed(key);
     ctx.health
         .reconcile_due(key.to_string(), std::time::Instant::now() + after);
-    Action::requeue(after)
+    Next::After(after)
 }
 
 /// Decides and performs one reconcile of a live parent.
-async fn apply_parent(parent: &Parent, ctx: &Context) -> Result<Action, Error> {
+async fn apply_parent(parent: &Parent, ctx: &Context) -> Result<Next, Error> {
     let prepared = match prepare::prepare(parent, ctx).await {
-        prepare::Prepared::PolicyUnknown => return Ok(Action::requeue(prepare::POLICY_WAIT)),
+        prepare::Prepared::PolicyUnknown => return Ok(Next::After(prepare::POLICY_WAIT)),
         prepared => prepared,
     };
     execute::decide_and_execute(parent, ctx, prepared).await
