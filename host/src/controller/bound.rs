@@ -19,7 +19,7 @@ use kube::{
     api::DynamicObject,
     runtime::{
         Controller, WatchStreamExt,
-        controller::{Action, Config as ControllerConfig},
+        controller::Config as ControllerConfig,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -285,35 +285,18 @@ async fn serve_kind(
         shared.concurrency.into(),
         shared.ctx.metrics.queued.clone(),
     );
+    let refer = {
+        let resource = resource.clone();
+        move |object: &DynamicObject| ObjectRef::from_obj_with(object, resource.clone())
+    };
     controller
         .reconcile_on(requests)
         .graceful_shutdown_on(async move {
             let _ = stop.await;
         })
         .run(
-            {
-                let (queue, resource) = (queue.clone(), resource.clone());
-                move |object: Arc<DynamicObject>, context| {
-                    let (queue, at) = (
-                        queue.clone(),
-                        ObjectRef::from_obj_with(object.as_ref(), resource.clone()),
-                    );
-                    async move {
-                        let next = reconcile::reconcile_instance(object, context).await?;
-                        queue.requeue(at, next.after());
-                        Ok::<_, reconcile::Error>(Action::await_change())
-                    }
-                }
-            },
-            {
-                let (queue, resource) = (queue.clone(), resource.clone());
-                move |object: Arc<DynamicObject>, err: &reconcile::Error, context| {
-                    let at = ObjectRef::from_obj_with(object.as_ref(), resource.clone());
-                    let next = reconcile::error_policy_instance(object, err, context);
-                    queue.requeue(at, next.after());
-                    Action::await_change()
-                }
-            },
+            super::queued(&queue, refer.clone(), reconcile::reconcile_instance),
+            super::queued_on_error(&queue, refer, reconcile::error_policy_instance),
             context,
         )
         .for_each(|result| {

@@ -348,30 +348,13 @@ pub async fn run(
         settings.concurrency.into(),
         settings.metrics.queued.clone(),
     );
+    let refer = |app: &App| ObjectRef::from_obj(app);
     controller
         .reconcile_on(requests)
         .graceful_shutdown_on(stopped)
         .run(
-            {
-                let queue = queue.clone();
-                move |app: Arc<App>, ctx| {
-                    let queue = queue.clone();
-                    async move {
-                        let object = ObjectRef::from_obj(app.as_ref());
-                        let next = reconcile::reconcile(app, ctx).await?;
-                        queue.requeue(object, next.after());
-                        Ok::<_, reconcile::Error>(Action::await_change())
-                    }
-                }
-            },
-            {
-                let queue = queue.clone();
-                move |app: Arc<App>, err: &reconcile::Error, ctx| {
-                    let object = ObjectRef::from_obj(app.as_ref());
-                    queue.requeue(object, reconcile::error_policy(app, err, ctx).after());
-                    Action::await_change()
-                }
-            },
+            queued(&queue, refer, reconcile::reconcile),
+            queued_on_error(&queue, refer, reconcile::error_policy),
             ctx,
         )
         .for_each(|result| {
@@ -389,6 +372,51 @@ pub async fn run(
     forget_deleted.abort();
     sync.abort();
     stop_on.abort();
+}
+
+/// One reconcile, as kube-runtime's controller runs it.
+type Reconciling = BoxFuture<'static, Result<Action, reconcile::Error>>;
+
+/// The reconciler for kube-runtime's controller, around `reconcile`: the wait it returns goes
+/// to `queue`, which keeps the timers ([`priority`]), and the controller is told
+/// `await_change`, so that nothing waits in its own scheduler. `refer` names a parent for the
+/// queue.
+pub(crate) fn queued<K, C, Fut>(
+    queue: &priority::Handle<K>,
+    refer: impl Fn(&K) -> ObjectRef<K> + Send + 'static,
+    reconcile: impl Fn(Arc<K>, Arc<C>) -> Fut + Send + 'static,
+) -> impl FnMut(Arc<K>, Arc<C>) -> Reconciling + Send + 'static
+where
+    K: kube::Resource + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    Fut: Future<Output = Result<reconcile::Next, reconcile::Error>> + Send + 'static,
+{
+    let queue = queue.clone();
+    move |parent: Arc<K>, ctx: Arc<C>| -> Reconciling {
+        let (queue, at) = (queue.clone(), refer(parent.as_ref()));
+        let run = reconcile(parent, ctx);
+        Box::pin(async move {
+            queue.requeue(at, run.await?.after());
+            Ok(Action::await_change())
+        })
+    }
+}
+
+/// The error policy for kube-runtime's controller, around `error_policy`, as [`queued`].
+pub(crate) fn queued_on_error<K, C>(
+    queue: &priority::Handle<K>,
+    refer: impl Fn(&K) -> ObjectRef<K> + Send + Sync + 'static,
+    error_policy: impl Fn(Arc<K>, &reconcile::Error, Arc<C>) -> reconcile::Next + Send + Sync + 'static,
+) -> impl Fn(Arc<K>, &reconcile::Error, Arc<C>) -> Action + Send + Sync + 'static
+where
+    K: kube::Resource + Send + Sync + 'static,
+{
+    let queue = queue.clone();
+    move |parent: Arc<K>, error: &reconcile::Error, ctx: Arc<C>| {
+        let at = refer(parent.as_ref());
+        queue.requeue(at, error_policy(parent, error, ctx).after());
+        Action::await_change()
+    }
 }
 
 /// `input`'s items from the moment `synced` turns true, led by what `on_open` gives then.

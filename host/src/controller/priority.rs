@@ -510,7 +510,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_routine_request_waits_at_most_its_limit() {
+    async fn an_overdue_routine_request_goes_before_a_newer_urgent_one() {
         let (urgent, routine, mut out, done) = queue(1);
         send(&urgent, "x");
         assert_eq!(next_name(&mut out).await.as_deref(), Some("x"));
