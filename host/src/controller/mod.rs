@@ -377,10 +377,10 @@ pub async fn run(
 /// One reconcile, as kube-runtime's controller runs it.
 type Reconciling = BoxFuture<'static, Result<Action, reconcile::Error>>;
 
-/// The reconciler for kube-runtime's controller, around `reconcile`: the wait it returns goes
-/// to `queue`, which keeps the timers ([`priority`]), and the controller is told
-/// `await_change`, so that nothing waits in its own scheduler. `refer` names a parent for the
-/// queue.
+/// The reconciler for kube-runtime's controller, around `reconcile`: it reports the reconcile
+/// done to `queue` and hands it the wait it returns, for the queue's timers ([`priority`]);
+/// the controller is told `await_change`, so that nothing waits in its own scheduler. `refer`
+/// names a parent for the queue.
 pub(crate) fn queued<K, C, Fut>(
     queue: &priority::Handle<K>,
     refer: impl Fn(&K) -> ObjectRef<K> + Send + 'static,
@@ -388,6 +388,7 @@ pub(crate) fn queued<K, C, Fut>(
 ) -> impl FnMut(Arc<K>, Arc<C>) -> Reconciling + Send + 'static
 where
     K: kube::Resource + Send + Sync + 'static,
+    K::DynamicType: Clone,
     C: Send + Sync + 'static,
     Fut: Future<Output = Result<reconcile::Next, reconcile::Error>> + Send + 'static,
 {
@@ -396,7 +397,11 @@ where
         let (queue, at) = (queue.clone(), refer(parent.as_ref()));
         let run = reconcile(parent, ctx);
         Box::pin(async move {
-            queue.requeue(at, run.await?.after());
+            // A failure is the error policy's to report.
+            let next = run.await?;
+            // The wait first: a request that waited meanwhile then replaces its timer.
+            queue.requeue(at.clone(), next.after());
+            queue.finished(at.namespace.as_deref(), &at.name);
             Ok(Action::await_change())
         })
     }
@@ -410,11 +415,13 @@ pub(crate) fn queued_on_error<K, C>(
 ) -> impl Fn(Arc<K>, &reconcile::Error, Arc<C>) -> Action + Send + Sync + 'static
 where
     K: kube::Resource + Send + Sync + 'static,
+    K::DynamicType: Clone,
 {
     let queue = queue.clone();
     move |parent: Arc<K>, error: &reconcile::Error, ctx: Arc<C>| {
         let at = refer(parent.as_ref());
-        queue.requeue(at, error_policy(parent, error, ctx).after());
+        queue.requeue(at.clone(), error_policy(parent, error, ctx).after());
+        queue.finished(at.namespace.as_deref(), &at.name);
         Action::await_change()
     }
 }

@@ -113,8 +113,10 @@ impl<K: kube::Resource> Handle<K> {
         )));
     }
 
-    /// Frees the slot of whichever parent a result of the controller's `run` stream names.
-    /// Every result goes here.
+    /// Frees the slot of a request the controller dropped because its parent is gone: every
+    /// result of the controller's `run` stream goes here. A reconcile that ran reports itself,
+    /// as it ends ([`crate::controller::queued`]): from its own task, so that the controller
+    /// finds the next request waiting when it frees the slot, rather than one poll later.
     pub fn result<E1, E2>(
         &self,
         result: &Result<
@@ -125,14 +127,8 @@ impl<K: kube::Resource> Handle<K> {
         E1: std::error::Error + 'static,
         E2: std::error::Error + 'static,
     {
-        use kube::runtime::controller::Error;
-        match result {
-            Ok((object, _)) => self.finished(object.namespace.as_deref(), &object.name),
-            Err(Error::ObjectNotFound(object) | Error::ReconcilerFailed(_, object)) => {
-                self.finished(object.namespace.as_deref(), &object.name)
-            }
-            // The queue's or the runner's own failure names no parent; the controller stops.
-            Err(_) => {}
+        if let Err(kube::runtime::controller::Error::ObjectNotFound(object)) = result {
+            self.finished(object.namespace.as_deref(), &object.name);
         }
     }
 }
