@@ -282,7 +282,7 @@ async fn serve_kind(
             policy_moves,
         ),
         object_changes,
-        shared.concurrency.into(),
+        crate::controller::priority::handed(shared.concurrency),
         shared.ctx.metrics.queued.clone(),
     );
     let refer = {

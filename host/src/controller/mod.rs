@@ -345,7 +345,7 @@ pub async fn run(
     let (requests, queue) = priority::prioritize(
         futures::stream::select(futures::stream::select(app_triggers, swaps), policy_moves),
         object_changes,
-        settings.concurrency.into(),
+        priority::handed(settings.concurrency),
         settings.metrics.queued.clone(),
     );
     let refer = |app: &App| ObjectRef::from_obj(app);
