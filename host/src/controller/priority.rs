@@ -9,8 +9,8 @@
 //! controller-runtime 0.23 answers the same with its priority queue. Here, every request waits
 //! in this queue, not in the controller's: it hands the controller at most twice as many as it
 //! has slots ([`handed`]; each counted from its release until a reconcile of that parent
-//! reports itself done), **urgent** ones (a parent created, its spec or finalizers changed, its plugin
-//! swapped, its policy moved) before **routine** ones (the changes to its objects,
+//! reports itself done), **urgent** ones (a parent created, its spec or finalizers changed,
+//! its plugin swapped, its policy moved) before **routine** ones (the changes to its objects,
 //! [`crate::controller::coalesce`]d, and its requeues: a resync, a look again at a rollout, a
 //! retry after a failure), each level first come, first served. Once a routine request has
 //! waited [`ROUTINE_MAX_WAIT`], routine and urgent requests take turns, so that neither level
