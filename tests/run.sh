@@ -73,6 +73,12 @@ if [[ "$only" == all ]]; then
   plugins/build.sh
   # The hostile test guests of host/tests/runtime.rs (see host/tests/plugins/README.md).
   cargo build --locked --release --target wasm32-wasip2 -p fault-plugin -p wrong-world-plugin -p v0-1-plugin -p v0-2-plugin
+  # The rollout tests' plugin, one build per variant (its code reads ROLLOUT_VARIANT at build
+  # time), each a digest of its own.
+  for variant in v1 v2 refuse degraded; do
+    ROLLOUT_VARIANT=$variant cargo build -q --locked --release --target wasm32-wasip2 -p rollout-plugin
+    cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/rollout_plugin.wasm" "$CARGO_TARGET_DIR/wasm32-wasip2/release/rollout-$variant.wasm"
+  done
 
   step "unit and runtime tests"
   cargo test --workspace --locked --exclude wasmop-e2e

@@ -23,6 +23,7 @@ pub mod kstatus;
 pub mod object;
 pub mod observed;
 pub mod pod_security;
+pub mod rollout;
 pub mod snapshot;
 pub mod stamp;
 pub mod status;

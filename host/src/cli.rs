@@ -25,6 +25,9 @@ pub enum Command {
     /// Write, build, inspect, run, push and pull plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Follow, pause, resume or abort a PluginBinding's progressive rollout.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Compile one component from stdin to a wasmtime artifact on stdout, within
     /// `--memory-bytes` of address space: what the host runs to compile (see
     /// `plugin::compiler`), not a command for people.
@@ -33,6 +36,32 @@ pub enum Command {
         /// The worker's address-space limit, in bytes.
         #[arg(long)]
         memory_bytes: u64,
+    },
+}
+
+/// `wasmop rollout ...`: a progressive PluginBinding's rollout, on the cluster of the current
+/// kubeconfig.
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Where the rollout is: phase, digests, instances on each, the shadow plans' findings.
+    Status {
+        /// The PluginBinding.
+        binding: String,
+    },
+    /// Hold the rollout at its step (`spec.rollout.paused: true`).
+    Pause {
+        /// The PluginBinding.
+        binding: String,
+    },
+    /// Let a paused rollout go on.
+    Resume {
+        /// The PluginBinding.
+        binding: String,
+    },
+    /// Roll the digest rolling out back and mark it bad (a newer digest starts a new rollout).
+    Abort {
+        /// The PluginBinding.
+        binding: String,
     },
 }
 

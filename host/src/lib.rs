@@ -38,6 +38,7 @@ pub mod plugin_cli;
 pub mod policy;
 pub(crate) mod probes;
 pub mod reconcile;
+pub mod rollout;
 pub mod run;
 pub mod telemetry;
 pub mod webhook;

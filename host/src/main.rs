@@ -45,6 +45,7 @@ async fn run(cli: Cli) -> ExitCode {
             Err(err) => Err(err),
         },
         Command::Plugin(command) => wasmop_host::plugin_cli::run(command).await,
+        Command::Rollout(command) => wasmop_host::rollout::cli::run(command).await,
         Command::Crds => wasmop_host::crd_install::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),

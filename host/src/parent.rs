@@ -43,6 +43,8 @@ pub struct Binding {
     pub version_path: Vec<String>,
     /// The binding is being deleted: it serves the instances it has and takes no new one.
     pub deleting: bool,
+    /// A progressive rollout's settings; `None`: a new digest serves every instance at once.
+    pub rollout: Option<crate::rollout::Settings>,
 }
 
 impl ParentKind {
@@ -306,6 +308,7 @@ mod tests {
                 limits: None,
                 version_path: vec!["version".into()],
                 deleting: false,
+                rollout: None,
             }),
         })
     }

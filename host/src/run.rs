@@ -51,6 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     health.register_metrics(&mut registry);
     let runtime = PluginRuntime::start(&args, &client, &mut registry)?;
     let reconcile_metrics = crate::reconcile::execute::ReconcileMetrics::register(&mut registry);
+    let rollouts = crate::rollout::Rollouts::register(&mut registry);
     let webhook_metrics = crate::webhook::server::WebhookMetrics::register(&mut registry);
     let probes = Probes::new(registry, runtime.registry.clone(), health.clone())
         .debug_from_anywhere(args.debug_from_anywhere);
@@ -176,8 +177,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // current and its Apps' plugins loaded, reports ready, and reconciles from the moment it
     // leads (controller-runtime's warm replicas). Ready once every namespace's controller is.
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
+    let first_scope = namespaces.first().cloned().flatten();
     let controllers = namespaces.clone().into_iter().map(|namespace| {
         let (probes, pending) = (probes.clone(), pending.clone());
+        let drives_rollouts = namespace == first_scope;
         let ready = move || {
             if pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
                 probes.set_ready(true);
@@ -197,6 +200,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             bound: bound.clone(),
             bindings_listed: bindings_listed.clone(),
             leading: leading.clone(),
+            rollouts: rollouts.clone(),
+            drives_rollouts,
         };
         controller::run(
             client.clone(),

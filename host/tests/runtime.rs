@@ -1037,3 +1037,82 @@ async fn a_bad_version_never_replaces_a_good_one() {
         .expect("the old version finishes its call");
     assert_eq!(result.objects.len(), 2);
 }
+
+/// A progressive rollout serves some instances with the version before: a swap keeps it loaded
+/// (a tag moved back reinstates it without a compile), and a host that restarted loads it
+/// again from its cache beside the one the source now offers, never putting it in service.
+#[tokio::test]
+async fn swapped_out_versions_stay_loaded_and_come_back_from_the_cache() {
+    let dir = std::env::temp_dir().join(format!("wasmop-kept-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let source = SourceRef::Oci(OciRef::anonymous("127.0.0.1:1/plugins/kept:1"));
+    let (hello, kvstore) = (
+        Fetched::new(component("hello.wasm")),
+        Fetched::new(component("kvstore.wasm")),
+    );
+    let (old, new) = (hello.digest.to_string(), kvstore.digest.to_string());
+    {
+        let engine = PluginEngine::new().expect("engine");
+        let cache = Cache::open(&dir).expect("cache dir");
+        let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::unregistered());
+        registry.offer(&source, hello.clone()).await;
+        assert!(matches!(
+            registry.offer(&source, kvstore.clone()).await,
+            Offer::Swapped { .. }
+        ));
+        let kept = registry
+            .version(&source, &old)
+            .expect("the old version stays loaded");
+        assert_eq!(kept.compiled.metadata.name, "hello");
+        assert_eq!(
+            registry
+                .get(&source)
+                .current
+                .expect("serving")
+                .compiled
+                .digest,
+            kvstore.digest
+        );
+        // The tag moves back: the kept version is in service again, the same one.
+        let Offer::Swapped { to, .. } = registry.offer(&source, hello.clone()).await else {
+            panic!("a kept version swaps back in");
+        };
+        assert!(Arc::ptr_eq(&to, &kept), "reinstated, not compiled again");
+        assert!(registry.version(&source, &new).is_some());
+    }
+    // A restarted host: the source offers the new version; the old one comes from the cache.
+    let engine = PluginEngine::new().expect("engine");
+    let cache = Cache::open(&dir).expect("cache dir");
+    let registry = PluginRegistry::new(engine, Some(cache), PluginMetrics::unregistered());
+    registry.offer(&source, kvstore.clone()).await;
+    assert!(registry.version(&source, &old).is_none());
+    let recalled = registry
+        .recall(&source, &old)
+        .await
+        .expect("from the cache");
+    assert_eq!(recalled.compiled.metadata.name, "hello");
+    assert_eq!(
+        registry
+            .get(&source)
+            .current
+            .expect("serving")
+            .compiled
+            .digest,
+        kvstore.digest,
+        "a recalled version is not put in service"
+    );
+    assert!(registry.version(&source, &old).is_some());
+    // A digest the cache never held is refused, saying why, and remembered.
+    let missing = format!("sha256:{}", "0".repeat(64));
+    let err = registry
+        .recall(&source, &missing)
+        .await
+        .err()
+        .expect("not in the cache");
+    assert!(
+        err.to_string().contains("nor in the host's plugin cache"),
+        "{err}"
+    );
+    assert!(registry.recall_failure(&source, &missing).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,5 +28,6 @@ mod plugin_sources;
 mod policy;
 mod pull_secrets;
 mod registry;
+mod rollout;
 mod signatures;
 mod webhooks;

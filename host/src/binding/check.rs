@@ -282,6 +282,7 @@ mod tests {
                 limits: None,
                 version_path: None,
                 admission: None,
+                rollout: None,
             },
         );
         b.metadata.creation_timestamp = Some(Time(

@@ -31,6 +31,9 @@ use crate::app::{PluginLimits, PluginSource};
     printcolumn = r#"{"name":"Group","type":"string","jsonPath":".spec.kind.group"}"#,
     printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
     printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".status.instances"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Stable","type":"integer","jsonPath":".status.rolloutInstances.stable"}"#,
+    printcolumn = r#"{"name":"Candidate","type":"integer","jsonPath":".status.rolloutInstances.candidate"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -68,6 +71,10 @@ pub struct PluginBindingSpec {
     /// when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<AdmissionSettings>,
+    /// How a new version of the plugin reaches the instances: at once (the default), or
+    /// progressively (shadow plans, canaries, analysis, batches, automatic rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// How the API server calls the plugin's `validate` (a `ValidatingWebhookConfiguration`'s
@@ -155,6 +162,13 @@ pub struct PluginBindingStatus {
     /// to do.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// A progressive binding's rollout: where it is, the stable digest and the one rolling
+    /// out, the digests marked bad and those that may be pinned, the shadow plans' findings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<wasmop_core::rollout::State>,
+    /// A progressive binding's instances by the digest serving them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_instances: Option<crate::rollout::InstanceCounts>,
 }
 
 /// The finalizer on a binding while instances of its kind remain: deleting the binding waits
@@ -185,6 +199,18 @@ mod tests {
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(columns, ["Kind", "Group", "Valid", "Instances", "Age"]);
+        assert_eq!(
+            columns,
+            [
+                "Kind",
+                "Group",
+                "Valid",
+                "Instances",
+                "Rollout",
+                "Stable",
+                "Candidate",
+                "Age"
+            ]
+        );
     }
 }

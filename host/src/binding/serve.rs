@@ -369,6 +369,7 @@ impl Serve {
                 limits: spec.limits.clone(),
                 version_path,
                 deleting: binding.metadata.deletion_timestamp.is_some(),
+                rollout: crate::rollout::Settings::of(spec.rollout.as_ref()),
             }),
         }))
     }
@@ -643,6 +644,9 @@ impl Serve {
             resource: verdict.as_ref().ok().map(|k| k.resource.plural.clone()),
             instances: instances.or(previous.instances.filter(|_| verdict.is_ok())),
             conditions: vec![valid],
+            // The rollout's driver writes these, under a field manager of its own.
+            rollout: previous.rollout.clone(),
+            rollout_instances: previous.rollout_instances.clone(),
         };
         if status == previous {
             return;
@@ -652,10 +656,12 @@ impl Serve {
             None => format!("{FIELD_MANAGER}-scoped"),
         };
         let mut body = serde_json::to_value(&status).unwrap_or_default();
-        if instances.is_none()
-            && let Some(map) = body.as_object_mut()
-        {
-            map.remove("instances");
+        if let Some(map) = body.as_object_mut() {
+            map.remove("rollout");
+            map.remove("rolloutInstances");
+            if instances.is_none() {
+                map.remove("instances");
+            }
         }
         let api: Api<PluginBinding> = Api::all(self.client.clone());
         let patch = json!({

@@ -65,6 +65,9 @@ pub(crate) struct Shared {
     pub gate: watch::Receiver<bool>,
     /// Where each kind says it is warm.
     pub warmth: Warmth,
+    /// Whether this scope's controllers drive their progressive bindings' rollouts: one scope
+    /// of the host does (the first), so that one driver writes each binding's rollout.
+    pub drives_rollouts: bool,
 }
 
 /// One running controller.
@@ -231,6 +234,27 @@ async fn serve_kind(
         )
     };
     let warming = tokio::spawn(warm_kind(shared.clone(), kind.clone(), store.clone()));
+    // A progressive binding's rollout: its driver requeues the instances whose digest may have
+    // changed, as urgent requests.
+    let (moves_tx, moves) = mpsc::unbounded_channel();
+    let driving = kind
+        .binding
+        .as_ref()
+        .filter(|b| b.rollout.is_some() && shared.drives_rollouts)
+        .map(|_| {
+            tokio::spawn(crate::rollout::driver::drive(
+                crate::rollout::driver::Driver {
+                    client: shared.client.clone(),
+                    ctx: shared.ctx.clone(),
+                    kind: kind.clone(),
+                    store: store.clone(),
+                    gate: open.clone(),
+                    requeue: moves_tx,
+                    concurrency: usize::from(shared.concurrency),
+                },
+            ))
+        });
+    let moves = after_sync(UnboundedReceiverStream::new(moves), open.clone(), Vec::new);
     let swaps = after_sync(
         plugin_changes(&shared.runtime, &kind, store.clone()),
         open.clone(),
@@ -279,7 +303,7 @@ async fn serve_kind(
     let (requests, queue) = crate::controller::priority::prioritize(
         futures::stream::select(
             futures::stream::select(instance_triggers, swaps),
-            policy_moves,
+            futures::stream::select(policy_moves, moves),
         ),
         object_changes,
         crate::controller::priority::handed(shared.concurrency),
@@ -310,6 +334,9 @@ async fn serve_kind(
         })
         .await;
     forget_deleted.abort();
+    if let Some(driving) = driving {
+        driving.abort();
+    }
     warming.abort();
     opener.abort();
     shared.warmth.forget(&kind.mark());

@@ -66,6 +66,11 @@ pub struct Settings {
     /// the plugins its Apps and bound kinds' instances use load, and nothing is reconciled or
     /// written.
     pub leading: tokio::sync::watch::Receiver<bool>,
+    /// The progressive bindings' rollouts (one for the host: a binding's rollout is one).
+    pub rollouts: crate::rollout::Rollouts,
+    /// Whether this scope's bound kinds' controllers drive their rollouts (the host's first
+    /// scope's do; the others follow what it writes).
+    pub drives_rollouts: bool,
 }
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -241,6 +246,7 @@ pub async fn run(
         health: settings.health.clone(),
         policies: settings.policies.clone(),
         metrics: settings.metrics.clone(),
+        rollouts: settings.rollouts.clone(),
     });
     // Which bound kinds are warm: each bound kind's controller runs from the start, filling its
     // cache and loading its plugin, and reconciles once the gate (`synced`) opens.
@@ -333,6 +339,7 @@ pub async fn run(
             concurrency: settings.concurrency,
             gate: synced_rx,
             warmth,
+            drives_rollouts: settings.drives_rollouts,
         });
         tokio::spawn(bound::run(
             shared,

@@ -32,6 +32,11 @@ const WALL_CLOCK_CAP: std::time::Duration = super::limits::MAX_DEADLINE.saturati
 /// Bad digests remembered per source, so that polling a broken tag does not recompile it.
 const REMEMBERED_FAILURES: usize = 8;
 
+/// Versions of one source kept loaded beside the one in service: a progressive rollout serves
+/// some instances with the previous version while others move to the new one, and rolls back to
+/// it without a compile ([`crate::rollout`]). Each is one compiled component in memory.
+pub const KEPT_VERSIONS: usize = 2;
+
 /// One plugin version in service for one source reference.
 pub struct LoadedPlugin {
     /// Where it came from.
@@ -153,6 +158,8 @@ pub enum Offer {
 #[derive(Default)]
 struct Entry {
     current: Option<Arc<LoadedPlugin>>,
+    /// Earlier versions still loaded, newest first (at most [`KEPT_VERSIONS`]).
+    kept: Vec<Arc<LoadedPlugin>>,
     last_error: Option<LoadError>,
     failed: Vec<(Digest, LoadError)>,
     /// Since when polls have been failing, and how the last one failed.
@@ -160,6 +167,22 @@ struct Entry {
 }
 
 impl Entry {
+    /// Keeps `loaded` beside the version in service, newest first, dropping the oldest past
+    /// [`KEPT_VERSIONS`].
+    fn keep(&mut self, loaded: Arc<LoadedPlugin>) {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.compiled.digest == loaded.compiled.digest)
+        {
+            return;
+        }
+        self.kept
+            .retain(|k| k.compiled.digest != loaded.compiled.digest);
+        self.kept.insert(0, loaded);
+        self.kept.truncate(KEPT_VERSIONS);
+    }
+
     fn state(&self) -> SourceState {
         SourceState {
             current: self.current.clone(),
@@ -168,6 +191,9 @@ impl Entry {
         }
     }
 }
+
+/// One version of one source: the source and the digest.
+type Version = (SourceRef, String);
 
 /// All loaded plugins of the host.
 pub struct PluginRegistry {
@@ -180,6 +206,10 @@ pub struct PluginRegistry {
     changes: broadcast::Sender<SourceRef>,
     /// Every new version's turn, and the compile slot.
     compiles: CompileQueue,
+    /// Earlier versions being loaded by [`Self::recall`], one lock each.
+    recalls: std::sync::Mutex<HashMap<Version, Arc<tokio::sync::Mutex<()>>>>,
+    /// Earlier versions [`Self::recall`] could not load, and why.
+    recall_failed: std::sync::Mutex<HashMap<Version, LoadError>>,
 }
 
 impl PluginRegistry {
@@ -217,6 +247,8 @@ impl PluginRegistry {
             entries: RwLock::new(HashMap::new()),
             changes,
             compiles: CompileQueue::new(),
+            recalls: std::sync::Mutex::new(HashMap::new()),
+            recall_failed: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -250,6 +282,115 @@ impl PluginRegistry {
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
+    }
+
+    /// The version of `source` with `digest`, if it is loaded: the one in service or one kept
+    /// beside it.
+    pub fn version(&self, source: &SourceRef, digest: &str) -> Option<Arc<LoadedPlugin>> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.get(source)?;
+        entry
+            .current
+            .iter()
+            .chain(entry.kept.iter())
+            .find(|l| l.compiled.digest.to_string() == digest)
+            .cloned()
+    }
+
+    /// Loads the version of `source` with `digest` from the on-disk cache, beside the one in
+    /// service, without putting it in service: a rollout's stable version after a restart (the
+    /// source now offers the new one). `digest` must be one the caller knows `source` served
+    /// (the cache holds every source's blobs). Concurrent recalls of one version load it once.
+    pub async fn recall(
+        self: &Arc<Self>,
+        source: &SourceRef,
+        digest: &str,
+    ) -> Result<Arc<LoadedPlugin>, LoadError> {
+        if let Some(loaded) = self.version(source, digest) {
+            return Ok(loaded);
+        }
+        let unavailable = |message: String| LoadError::Fetch {
+            source_ref: source.to_string(),
+            message,
+        };
+        let parsed = Digest::parse(digest).map_err(unavailable)?;
+        let key = (source.clone(), digest.to_string());
+        let _turn = {
+            let lock = {
+                let mut recalls = self.recalls.lock().unwrap_or_else(|p| p.into_inner());
+                Arc::clone(recalls.entry(key.clone()).or_default())
+            };
+            lock.lock_owned().await
+        };
+        if let Some(loaded) = self.version(source, digest) {
+            return Ok(loaded);
+        }
+        let this = Arc::clone(self);
+        let source_name = source.to_string();
+        let compiled = tokio::task::spawn_blocking(move || {
+            let Some(cache) = this.cache.as_ref() else {
+                return Err(LoadError::Fetch {
+                    source_ref: source_name,
+                    message: format!(
+                        "{parsed} is no longer served by the source and the host has no plugin \
+                         cache to load it from"
+                    ),
+                });
+            };
+            let Some(bytes) = cache.load_blob(&parsed) else {
+                return Err(LoadError::Fetch {
+                    source_ref: source_name,
+                    message: format!(
+                        "{parsed} is no longer served by the source, nor in the host's plugin cache"
+                    ),
+                });
+            };
+            CompiledPlugin::prepare(&this.engine, Some(cache), &source_name, &bytes, parsed)
+        })
+        .await
+        .unwrap_or_else(|join| Err(unavailable(format!("loading task failed: {join}"))));
+        self.recalls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        let compiled = match compiled {
+            Ok(compiled) => compiled,
+            Err(err) => {
+                let mut failed = self.recall_failed.lock().unwrap_or_else(|p| p.into_inner());
+                // Bounded: a few versions per source are ever recalled.
+                if failed.len() >= 64 {
+                    failed.clear();
+                }
+                failed.insert(key, err.clone());
+                drop(failed);
+                let _ = self.changes.send(source.clone());
+                return Err(err);
+            }
+        };
+        let loaded = Arc::new(LoadedPlugin {
+            source: source.clone(),
+            compiled,
+            loaded_at: Utc::now(),
+            engine: Arc::clone(&self.engine),
+            metrics: self.metrics.clone(),
+        });
+        {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.entry(source.clone()).or_default();
+            entry.keep(Arc::clone(&loaded));
+        }
+        tracing::info!(source = %source, digest, "an earlier plugin version loaded beside the one in service");
+        let _ = self.changes.send(source.clone());
+        Ok(loaded)
+    }
+
+    /// Why loading the version of `source` with `digest` by [`Self::recall`] failed, if it did.
+    pub fn recall_failure(&self, source: &SourceRef, digest: &str) -> Option<LoadError> {
+        self.recall_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(source.clone(), digest.to_string()))
+            .cloned()
     }
 
     /// Drops everything known about `source` (no App uses it any more). Callers holding its
@@ -352,6 +493,15 @@ impl PluginRegistry {
                 self.clear_error(source);
                 return Some(Offer::Unchanged(current));
             }
+            if let Some(kept) = entry.and_then(|e| {
+                e.kept
+                    .iter()
+                    .find(|k| k.compiled.digest == *digest)
+                    .cloned()
+            }) {
+                drop(entries);
+                return Some(self.reinstate(source, kept));
+            }
             entry.and_then(|e| {
                 e.failed
                     .iter()
@@ -361,6 +511,40 @@ impl PluginRegistry {
         }?;
         self.set_error(source, known_bad.clone());
         Some(Offer::Rejected(known_bad))
+    }
+
+    /// Puts a version kept beside the one in service back into service, without a compile
+    /// (a tag moved back, or a rollout's stable version recalled before the source answered).
+    fn reinstate(&self, source: &SourceRef, kept: Arc<LoadedPlugin>) -> Offer {
+        let previous = {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let entry = entries.entry(source.clone()).or_default();
+            entry.last_error = None;
+            entry
+                .kept
+                .retain(|k| k.compiled.digest != kept.compiled.digest);
+            let previous = entry.current.replace(Arc::clone(&kept));
+            if let Some(previous) = &previous {
+                entry.keep(Arc::clone(previous));
+            }
+            previous
+        };
+        let _ = self.changes.send(source.clone());
+        self.metrics.load("ok", "Loaded");
+        match previous {
+            Some(previous) => {
+                self.metrics.swap();
+                tracing::info!(source = %source, from = %previous.compiled.digest, to = %kept.compiled.digest, "plugin swapped to a version kept loaded");
+                Offer::Swapped {
+                    from: previous.compiled.digest.clone(),
+                    to: kept,
+                }
+            }
+            None => {
+                tracing::info!(source = %source, digest = %kept.compiled.digest, "plugin loaded from a version kept loaded");
+                Offer::Loaded(kept)
+            }
+        }
     }
 
     async fn offer_in_turn(
@@ -468,7 +652,14 @@ impl PluginRegistry {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
             let entry = entries.entry(source.clone()).or_default();
             entry.last_error = None;
-            entry.current.replace(Arc::clone(&loaded))
+            let previous = entry.current.replace(Arc::clone(&loaded));
+            entry
+                .kept
+                .retain(|k| k.compiled.digest != loaded.compiled.digest);
+            if let Some(previous) = &previous {
+                entry.keep(Arc::clone(previous));
+            }
+            previous
         };
         let _ = self.changes.send(source.clone());
         let c = &loaded.compiled;

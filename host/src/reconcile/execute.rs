@@ -138,10 +138,20 @@ pub async fn decide_and_execute(
     ctx: &Context,
     prepared: Prepared,
 ) -> Result<Next, Error> {
-    let (snapshot, decision, rules) = match prepared {
-        Prepared::PolicyUnknown => {
-            return Ok(Next::After(super::prepare::POLICY_WAIT));
-        }
+    let Some((snapshot, decision, rules)) = decide_prepared(app, prepared).await? else {
+        return Ok(Next::After(super::prepare::POLICY_WAIT));
+    };
+    execute(app, ctx, &snapshot, decision, rules.as_ref()).await
+}
+
+/// What the decision core decides of `prepared`, writing nothing (`None`: the policy is not
+/// known yet): what [`decide_and_execute`] performs, and what a rollout's shadow plans compare.
+pub async fn decide_prepared(
+    app: &Parent,
+    prepared: Prepared,
+) -> Result<Option<(Snapshot, Decision, Option<PlanPolicy>)>, Error> {
+    Ok(Some(match prepared {
+        Prepared::PolicyUnknown => return Ok(None),
         Prepared::Holding(snapshot) => {
             let decision = decide::decide(&snapshot, &mut NoPlugin, &NoPlugin);
             (snapshot, decision, None)
@@ -167,8 +177,7 @@ pub async fn decide_and_execute(
                 message: format!("the decision did not finish: {err}"),
             })?
         }
-    };
-    execute(app, ctx, &snapshot, decision, rules.as_ref()).await
+    }))
 }
 
 /// Why writing a decision's objects stopped.

@@ -94,6 +94,8 @@ pub struct Context {
     pub policies: Arc<PolicyView>,
     /// Reconcile, apply and prune counts for `/metrics`.
     pub metrics: execute::ReconcileMetrics,
+    /// The progressive bindings' rollouts: which digest serves each instance.
+    pub rollouts: crate::rollout::Rollouts,
 }
 
 /// Exponential backoff per App: 5 s after the first failure, doubling to at most 5 minutes, and

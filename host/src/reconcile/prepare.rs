@@ -18,6 +18,7 @@ use crate::{
         limits::CallLimits, registry::LoadedPlugin, source::SourceRef,
     },
     policy::{Resolution, Rules},
+    rollout::Pick,
 };
 
 /// While the policy caches have not synced (start-up) or lack the App's namespace, look again
@@ -126,8 +127,15 @@ pub enum Resolved {
 
 /// The App's plugin: the policy first (an App its namespace refuses does not even load its
 /// plugin), then the source (one the policy does not allow is never fetched), then what the
-/// registry of loaded plugins holds of it.
+/// registry of loaded plugins holds of it: the version in service, or, for an instance of a
+/// progressively rolled out binding, the version its rollout picks ([`crate::rollout`]).
 pub fn resolve_plugin(parent: &Parent, ctx: &Context) -> Resolved {
+    resolve_plugin_at(parent, ctx, None)
+}
+
+/// [`resolve_plugin`], with the version of digest `force` rather than the one the rollout picks
+/// (the shadow plans of a rollout's candidate, and of its stable version).
+pub fn resolve_plugin_at(parent: &Parent, ctx: &Context, force: Option<&str>) -> Resolved {
     let refused = |reason: &'static str, message: String| {
         Resolved::Holding(PluginState::Refused { reason, message })
     };
@@ -161,7 +169,25 @@ pub fn resolve_plugin(parent: &Parent, ctx: &Context) -> Resolved {
         );
     }
     let state = ctx.plugins.acquire(&source, namespace);
-    let Some(loaded) = state.current.clone() else {
+    let want = match force {
+        Some(digest) => Some(digest.to_string()),
+        None => match pick(parent, ctx) {
+            Pick::Unknown => return Resolved::PolicyUnknown,
+            Pick::Offered => None,
+            Pick::Digest(digest) => Some(digest),
+            Pick::Refused { reason, message } => return refused(reason, message),
+        },
+    };
+    // The version picked, when the registry has it loaded; else it is loaded beside the one in
+    // service, and the parent waits (a change of the source requeues it).
+    let current = match &want {
+        None => state.current.clone(),
+        Some(digest) => match ctx.plugins.registry.version(&source, digest) {
+            Some(loaded) => Some(loaded),
+            None => return Resolved::Holding(recall(ctx, &source, digest)),
+        },
+    };
+    let Some(loaded) = current else {
         return Resolved::Holding(match &state.last_error {
             Some(err) => PluginState::Broken {
                 reason: err.reason(),
@@ -185,8 +211,75 @@ pub fn resolve_plugin(parent: &Parent, ctx: &Context) -> Resolved {
     }
 }
 
+/// Starts loading the version of `source` with `digest` beside the one in service (from the
+/// host's plugin cache: the source offers only its newest), and says the parent waits for it.
+fn recall(ctx: &Context, source: &SourceRef, digest: &str) -> PluginState {
+    if let Some(err) = ctx.plugins.registry.recall_failure(source, digest) {
+        return PluginState::Broken {
+            reason: err.reason(),
+            message: err.to_string(),
+        };
+    }
+    // A blob in the cache was verified when this source first served it, under the rules of
+    // that time; a source that must be signed now is not served from it unverified.
+    if let SourceRef::Oci(oci) = source
+        && !oci.keys.is_empty()
+    {
+        return PluginState::Broken {
+            reason: "FetchFailed",
+            message: format!(
+                "{digest} of {source} must be signed and is no longer the version the source \
+                 offers, so it cannot be verified again; abort the rollout or pin another \
+                 version"
+            ),
+        };
+    }
+    let (registry, source, digest) = (
+        ctx.plugins.registry.clone(),
+        source.clone(),
+        digest.to_string(),
+    );
+    let message = format!("loading plugin {source} at {digest} for its rollout");
+    tokio::spawn(async move {
+        if let Err(err) = registry.recall(&source, &digest).await {
+            tracing::warn!(source = %source, %digest, error = %err, "loading an earlier plugin version for a rollout");
+        }
+    });
+    PluginState::Loading { message }
+}
+
+/// Which version a progressive binding's rollout picks for the instance `parent`; the version
+/// in service for an App or an instance of a binding that rolls out at once.
+fn pick(parent: &Parent, ctx: &Context) -> Pick {
+    let Some(binding) = &parent.kind.binding else {
+        return Pick::Offered;
+    };
+    let Some(settings) = &binding.rollout else {
+        return Pick::Offered;
+    };
+    let meta = &parent.app.metadata;
+    let key = format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    );
+    let labels = meta.labels.clone().unwrap_or_default();
+    let pin = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::rollout::PIN_ANNOTATION))
+        .map(String::as_str);
+    ctx.rollouts
+        .pick(&binding.name, settings, &key, &labels, pin)
+}
+
 /// Reads what the decision for `parent` needs.
 pub async fn prepare(parent: &Parent, ctx: &Context) -> Prepared {
+    prepare_resolved(parent, ctx, resolve_plugin(parent, ctx)).await
+}
+
+/// [`prepare`], with the plugin already resolved.
+pub async fn prepare_resolved(parent: &Parent, ctx: &Context, resolved: Resolved) -> Prepared {
     let app = &parent.app;
     let app_ref = parent.app_ref();
     let snapshot =
@@ -200,7 +293,7 @@ pub async fn prepare(parent: &Parent, ctx: &Context) -> Prepared {
             plugin,
         };
     let namespace = &app_ref.namespace;
-    let (plugin, loaded, governing) = match resolve_plugin(parent, ctx) {
+    let (plugin, loaded, governing) = match resolved {
         Resolved::PolicyUnknown => return Prepared::PolicyUnknown,
         Resolved::Holding(plugin) => return Prepared::Holding(snapshot(plugin, Vec::new())),
         Resolved::Serving {

@@ -509,6 +509,7 @@ mod tests {
                 limits: None,
                 version_path: None,
                 admission,
+                rollout: None,
             },
         );
         b.metadata.uid = Some("u-1".into());
