@@ -146,6 +146,21 @@ pub struct State {
     /// Why the rollout is where it is, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The rollout's own salt of [`rank`] (hexadecimal), drawn when it starts: which instances
+    /// move first cannot be foreseen from their names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+    /// Moved instances that were already Degraded on the stable digest when their step moved
+    /// them: the candidate is held to make no more of them Degraded than that.
+    #[serde(default)]
+    pub degraded_before: u32,
+    /// Moved instances that were not Ready (or not current) on the stable digest when their
+    /// step moved them: a step settles with that many not Ready on the candidate.
+    #[serde(default)]
+    pub unready_before: u32,
+    /// Whether the step is past its deadline (and was said to be, once).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stalled: bool,
 }
 
 impl State {
@@ -183,12 +198,29 @@ impl State {
             self.mark_bad(&candidate);
         }
         self.phase = phase;
+        self.clear_steps();
+        self.message = Some(bounded(message));
+    }
+
+    /// Forgets the steps of a rollout: none moves an instance any more.
+    fn clear_steps(&mut self) {
         self.step = 0;
         self.target = 0;
         self.threshold = None;
         self.step_started = None;
         self.soak_started = None;
-        self.message = Some(bounded(message));
+        self.seed = None;
+        self.degraded_before = 0;
+        self.unready_before = 0;
+        self.stalled = false;
+    }
+
+    /// The rank salt.
+    fn seed(&self) -> u64 {
+        self.seed
+            .as_deref()
+            .and_then(|t| u64::from_str_radix(t, 16).ok())
+            .unwrap_or(0)
     }
 }
 
@@ -334,10 +366,11 @@ fn fingerprint(object: &crate::object::PluginObject) -> String {
     object.to_value().to_string()
 }
 
-/// Where instance `key` falls for `candidate`: a rollout moves instances in this order, lowest
-/// first, the same in every host.
-pub fn rank(key: &str, candidate: &str) -> u64 {
+/// Where instance `key` falls for `candidate` in the rollout salted with `seed`: a rollout moves
+/// instances in this order, lowest first, the same in every host.
+pub fn rank(key: &str, candidate: &str, seed: u64) -> u64 {
     let hash = Sha256::new()
+        .chain_update(seed.to_be_bytes())
         .chain_update(candidate.as_bytes())
         .chain_update(b"\n")
         .chain_update(key.as_bytes())
@@ -356,7 +389,8 @@ pub fn serves_candidate(state: &State, key: &str, selected: bool, policy: &Polic
     if !state.phase.moving() {
         return false;
     }
-    (selected && policy.canary == Canary::Selected) || rank(key, candidate) < state.threshold()
+    (selected && policy.canary == Canary::Selected)
+        || rank(key, candidate, state.seed()) < state.threshold()
 }
 
 /// What a rollout's driver must do besides writing the new state.
@@ -399,6 +433,8 @@ pub struct Inputs<'a> {
     pub shadow: Option<&'a Shadow>,
     /// Whether someone asked to abort the rollout of this candidate (`wasmop rollout abort`).
     pub abort: bool,
+    /// A random number: a rollout that starts takes it as its [`State::seed`].
+    pub seed: u64,
     /// The clock.
     pub now: Timestamp,
 }
@@ -414,9 +450,9 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
         && next.candidate.as_deref() != Some(offered)
         && !next.bad.iter().any(|b| b == offered)
     {
-        next.remember_known(offered);
-        match &next.stable {
+        match next.stable.clone() {
             None => {
+                next.remember_known(offered);
                 next.stable = Some(offered.to_string());
                 next.phase = Phase::Stable;
                 next.message = Some(bounded(format!("{} serves every instance", short(offered))));
@@ -424,16 +460,14 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
             Some(stable) => {
                 let replaced = next.candidate.replace(offered.to_string());
                 next.phase = Phase::Shadow;
-                next.step = 0;
-                next.target = 0;
-                next.threshold = None;
+                next.clear_steps();
+                next.seed = Some(format!("{:016x}", inputs.seed));
                 next.step_started = Some(inputs.now.to_string());
-                next.soak_started = None;
                 next.shadow = None;
                 next.message = Some(bounded(format!(
                     "planning every instance with {} in dry run, beside {}",
                     short(offered),
-                    short(stable)
+                    short(&stable)
                 )));
                 let note = match replaced {
                     Some(older) => format!(
@@ -441,9 +475,9 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
                          on {}",
                         short(offered),
                         short(&older),
-                        short(stable)
+                        short(&stable)
                     ),
-                    None => format!("rolling out {} (from {})", short(offered), short(stable)),
+                    None => format!("rolling out {} (from {})", short(offered), short(&stable)),
                 };
                 actions.push(Action::Event {
                     warning: false,
@@ -518,10 +552,74 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
 }
 
 fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, candidate: &str) {
-    let Some(shadow) = inputs.shadow.filter(|s| s.digest == candidate) else {
-        actions.push(Action::Shadow);
+    // The candidate's plans, judged once: kept in the state, so a pause or a restart after
+    // them does not plan again.
+    let judged = next
+        .shadow
+        .as_ref()
+        .is_some_and(|s| s.digest == candidate && s.refused == 0);
+    if !judged {
+        let Some(shadow) = inputs.shadow.filter(|s| s.digest == candidate) else {
+            actions.push(Action::Shadow);
+            return;
+        };
+        let summary = summarize(shadow, candidate);
+        next.shadow = Some(summary.clone());
+        if summary.refused > 0 {
+            let first = summary.refusals.first().cloned().unwrap_or_default();
+            next.end(
+                Phase::Stopped,
+                format!(
+                    "stopped by its shadow plans: {} of {} instances refuse {}, first {first}; \
+                     no instance moved",
+                    summary.refused,
+                    summary.planned,
+                    short(candidate)
+                ),
+            );
+            actions.push(Action::Event {
+                warning: true,
+                reason: "RolloutStopped",
+                note: next.message.clone().unwrap_or_default(),
+            });
+            return;
+        }
+    }
+    let summary = next.shadow.clone().unwrap_or_default();
+    if inputs.policy.paused {
+        next.message = Some(bounded(format!(
+            "shadow plans passed ({} instances, {} with changes); paused before the canaries",
+            summary.planned, summary.changed
+        )));
         return;
-    };
+    }
+    let before = next.clone();
+    next.phase = Phase::Canary;
+    next.step = 0;
+    next.target = canary_count(inputs.policy, inputs.instances);
+    next.set_threshold(threshold_for(
+        next,
+        inputs.instances,
+        candidate,
+        next.target,
+    ));
+    begin_step(&before, next, inputs);
+    next.message = Some(bounded(format!(
+        "shadow plans passed ({} instances, {} with changes); {} canaries on {}",
+        summary.planned,
+        summary.changed,
+        next.target,
+        short(candidate)
+    )));
+    actions.push(Action::Event {
+        warning: false,
+        reason: "RolloutCanary",
+        note: next.message.clone().unwrap_or_default(),
+    });
+}
+
+/// The status's account of the shadow plans.
+fn summarize(shadow: &Shadow, candidate: &str) -> ShadowSummary {
     let mut refusals: Vec<String> = shadow
         .verdicts
         .iter()
@@ -535,7 +633,7 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
     refusals.sort();
     let refused = u32::try_from(refusals.len()).unwrap_or(u32::MAX);
     refusals.truncate(MAX_NAMED);
-    let summary = ShadowSummary {
+    ShadowSummary {
         digest: candidate.to_string(),
         planned: u32::try_from(shadow.verdicts.len()).unwrap_or(u32::MAX),
         changed: u32::try_from(
@@ -548,49 +646,28 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
         .unwrap_or(u32::MAX),
         refused,
         refusals,
-    };
-    next.shadow = Some(summary.clone());
-    if refused > 0 {
-        let first = summary.refusals.first().cloned().unwrap_or_default();
-        next.end(
-            Phase::Stopped,
-            format!(
-                "stopped by its shadow plans: {refused} of {} instances refuse {}, first {first}; \
-                 no instance moved",
-                summary.planned,
-                short(candidate)
-            ),
-        );
-        actions.push(Action::Event {
-            warning: true,
-            reason: "RolloutStopped",
-            note: next.message.clone().unwrap_or_default(),
-        });
-        return;
     }
-    next.phase = Phase::Canary;
-    next.step = 0;
+}
+
+/// Starts the step `next` describes (its threshold set) after `before`: its clock, and the
+/// account of the instances it moves that were not well on the stable digest already, which
+/// the analysis does not hold against the candidate.
+fn begin_step(before: &State, next: &mut State, inputs: &Inputs) {
+    for i in inputs.instances.iter().filter(|i| !i.pinned) {
+        let was = serves_candidate(before, &i.key, i.selected, inputs.policy);
+        let is = serves_candidate(next, &i.key, i.selected, inputs.policy);
+        if is && !was {
+            if i.degraded.is_some() {
+                next.degraded_before = next.degraded_before.saturating_add(1);
+            }
+            if !(i.current && i.ready) {
+                next.unready_before = next.unready_before.saturating_add(1);
+            }
+        }
+    }
     next.step_started = Some(inputs.now.to_string());
     next.soak_started = None;
-    next.target = canary_count(inputs.policy, inputs.instances);
-    next.set_threshold(threshold_for(
-        next,
-        inputs.instances,
-        candidate,
-        next.target,
-    ));
-    next.message = Some(bounded(format!(
-        "shadow plans passed ({} instances, {} with changes); {} canaries on {}",
-        summary.planned,
-        summary.changed,
-        next.target,
-        short(candidate)
-    )));
-    actions.push(Action::Event {
-        warning: false,
-        reason: "RolloutCanary",
-        note: next.message.clone().unwrap_or_default(),
-    });
+    next.stalled = false;
 }
 
 /// How many instances the canary step moves, selected ones aside.
@@ -607,10 +684,11 @@ fn canary_count(policy: &Policy, instances: &[Instance]) -> u32 {
 /// The lowest threshold that puts `target` of the unpinned instances (selected canaries
 /// aside) below it, and never lowers `state`'s.
 fn threshold_for(state: &State, instances: &[Instance], candidate: &str, target: u32) -> u64 {
+    let seed = state.seed();
     let mut ranks: Vec<u64> = instances
         .iter()
         .filter(|i| !i.pinned)
-        .map(|i| rank(&i.key, candidate))
+        .map(|i| rank(&i.key, candidate, seed))
         .collect();
     ranks.sort_unstable();
     let target = target as usize;
@@ -633,18 +711,28 @@ fn moving_phase(
         .iter()
         .filter(|i| !i.pinned && serves_candidate(&next, &i.key, i.selected, inputs.policy))
         .collect();
-    // A moved instance that turned Degraded on the candidate rolls the rollout back at once.
-    if let Some(bad) = moved
+    let on_candidate = |i: &&&Instance| i.current && i.serving.as_deref() == Some(candidate);
+    // More moved instances Degraded on the candidate than were on the stable digest: rolled
+    // back at once. Counting against the instances' own past, not one instance, keeps one
+    // already broken (or one its author breaks) from failing every rollout by itself.
+    let degraded: Vec<&&Instance> = moved
         .iter()
-        .filter(|i| i.current && i.serving.as_deref() == Some(candidate))
-        .find(|i| i.degraded.is_some())
+        .filter(on_candidate)
+        .filter(|i| i.degraded.is_some())
+        .collect();
+    if degraded.len() > next.degraded_before as usize
+        && let Some(bad) = degraded.first()
     {
         let why = bad.degraded.clone().unwrap_or_default();
+        let more = match degraded.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
         next.end(
             Phase::RolledBack,
             format!(
-                "rolled back: {} is Degraded on {} ({why}); {} is marked bad and every instance \
-                 is back on {}",
+                "rolled back: {}{more} is Degraded on {} ({why}); {} is marked bad and every \
+                 instance is back on {}",
                 bad.key,
                 short(candidate),
                 short(candidate),
@@ -663,6 +751,9 @@ fn moving_phase(
         };
     }
     if inputs.policy.paused {
+        // The step's clock starts again on resume: a pause is not time the step took.
+        next.step_started = Some(inputs.now.to_string());
+        next.soak_started = None;
         next.message = Some(bounded(format!(
             "paused at step {} ({} of {} instances on {})",
             next.step,
@@ -676,59 +767,61 @@ fn moving_phase(
             recheck: None,
         };
     }
-    let settled = moved
+    let unready: Vec<&&Instance> = moved
         .iter()
-        .all(|i| i.current && i.serving.as_deref() == Some(candidate) && i.ready);
+        .filter(|i| !(on_candidate(i) && i.ready))
+        .collect();
+    let settled = unready.len() <= next.unready_before as usize;
     let started = parse(next.step_started.as_deref()).unwrap_or(inputs.now);
     if !settled {
         next.soak_started = None;
         let deadline = add(started, inputs.policy.progress_deadline);
+        let waiting: Vec<&str> = unready
+            .iter()
+            .map(|i| i.key.as_str())
+            .take(MAX_NAMED)
+            .collect();
         if inputs.now >= deadline {
-            let waiting: Vec<&str> = moved
-                .iter()
-                .filter(|i| !(i.current && i.serving.as_deref() == Some(candidate) && i.ready))
-                .map(|i| i.key.as_str())
-                .take(MAX_NAMED)
-                .collect();
-            next.end(
-                Phase::RolledBack,
-                format!(
-                    "rolled back: step {} was not Ready on {} within {} s ({}); it is marked bad",
-                    next.step,
-                    short(candidate),
-                    inputs.policy.progress_deadline.as_secs(),
-                    waiting.join(", ")
-                ),
-            );
-            actions.push(Action::Event {
-                warning: true,
-                reason: "RolloutRolledBack",
-                note: next.message.clone().unwrap_or_default(),
-            });
+            // Held, not rolled back (Argo Rollouts' default too): a step that cannot get Ready
+            // may be the instances', and one of them must not fail the rollout for all.
+            next.message = Some(bounded(format!(
+                "stalled: step {} not Ready on {} within {} s ({} not Ready: {}); fix them, or \
+                 abort the rollout",
+                next.step,
+                short(candidate),
+                inputs.policy.progress_deadline.as_secs(),
+                unready.len(),
+                waiting.join(", ")
+            )));
+            if !next.stalled {
+                next.stalled = true;
+                actions.push(Action::Event {
+                    warning: true,
+                    reason: "RolloutStalled",
+                    note: next.message.clone().unwrap_or_default(),
+                });
+            }
             return Step {
                 state: next,
                 actions,
-                recheck: None,
+                recheck: Some(Duration::from_secs(5)),
             };
         }
         next.message = Some(bounded(format!(
             "step {}: {} of {} moved instances Ready on {}",
             next.step,
-            moved
-                .iter()
-                .filter(|i| i.current && i.serving.as_deref() == Some(candidate) && i.ready)
-                .count(),
+            moved.len() - unready.len(),
             moved.len(),
             short(candidate)
         )));
-        let left = deadline.duration_since(inputs.now);
-        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+        let left = Duration::try_from(deadline.duration_since(inputs.now)).unwrap_or_default();
         return Step {
             state: next,
             actions,
             recheck: Some(left.min(Duration::from_secs(5))),
         };
     }
+    next.stalled = false;
     let soak_started = match parse(next.soak_started.as_deref()) {
         Some(t) => t,
         None => {
@@ -741,11 +834,11 @@ fn moving_phase(
         next.message = Some(bounded(format!(
             "step {}: {} instances Ready on {}, soaking for {} s",
             next.step,
-            moved.len(),
+            moved.len() - unready.len(),
             short(candidate),
             inputs.policy.soak.as_secs()
         )));
-        let left = Duration::try_from(soaked.duration_since(inputs.now)).unwrap_or(Duration::ZERO);
+        let left = Duration::try_from(soaked.duration_since(inputs.now)).unwrap_or_default();
         return Step {
             state: next,
             actions,
@@ -754,16 +847,12 @@ fn moving_phase(
     }
     let eligible =
         u32::try_from(inputs.instances.iter().filter(|i| !i.pinned).count()).unwrap_or(u32::MAX);
-    let all_moved = moved.len() >= eligible as usize;
-    if all_moved {
+    if moved.len() >= eligible as usize {
         let from = next.stable.replace(candidate.to_string());
+        next.remember_known(candidate);
         next.candidate = None;
         next.phase = Phase::Stable;
-        next.step = 0;
-        next.target = 0;
-        next.threshold = None;
-        next.step_started = None;
-        next.soak_started = None;
+        next.clear_steps();
         next.message = Some(bounded(format!(
             "{} serves every instance (rolled out from {})",
             short(candidate),
@@ -784,14 +873,16 @@ fn moving_phase(
     let batch = (u64::from(eligible) * u64::from(inputs.policy.batch_percent.clamp(1, 100)))
         .div_ceil(100)
         .max(1) as u32;
+    let seed = next.seed();
     let already = u32::try_from(
         inputs
             .instances
             .iter()
-            .filter(|i| !i.pinned && rank(&i.key, candidate) < next.threshold())
+            .filter(|i| !i.pinned && rank(&i.key, candidate, seed) < next.threshold())
             .count(),
     )
     .unwrap_or(u32::MAX);
+    let before = next.clone();
     next.phase = Phase::Batches;
     next.step += 1;
     next.target = already.saturating_add(batch).min(eligible);
@@ -801,8 +892,7 @@ fn moving_phase(
         candidate,
         next.target,
     ));
-    next.step_started = Some(inputs.now.to_string());
-    next.soak_started = None;
+    begin_step(&before, &mut next, inputs);
     next.message = Some(bounded(format!(
         "step {}: moving {} more instances to {} ({} of {eligible})",
         next.step,

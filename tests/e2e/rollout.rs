@@ -209,6 +209,39 @@ async fn shadow_plans_stop_a_digest_the_guard_refuses_before_any_instance_moves(
 -> anyhow::Result<()> {
     let (fleet, v1, host) = fleet("e2e-rollout-shadow", Some(progressive(2)), &[]).await?;
     fleet.phase("Stable", Duration::from_secs(30)).await?;
+    // A pin of a digest the binding never served (another source's, say) is refused.
+    let stranger = format!("sha256:{}", "0".repeat(64));
+    fleet
+        .instances
+        .patch(
+            "w-18",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {"wasmop.dev/plugin-digest": stranger}}}),
+            ),
+        )
+        .await?;
+    // Annotations do not bump the generation: a change of the spec brings the reconcile.
+    fleet
+        .instances
+        .patch(
+            "w-18",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"message": "pinned"}})),
+        )
+        .await?;
+    let refused = wait_for("w-18's pin refused", Duration::from_secs(30), || async {
+        let object = fleet.instances.get("w-18").await?;
+        let found = object.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["reason"] == "PinUnknown")
+            .and_then(|c| c["message"].as_str().map(str::to_string));
+        Ok(found)
+    })
+    .await?;
+    assert!(refused.contains(&stranger), "{refused}");
 
     let refuse = fleet.push("refuse").await?;
     let (rollout, moved) = watch_moves(
@@ -220,7 +253,7 @@ async fn shadow_plans_stop_a_digest_the_guard_refuses_before_any_instance_moves(
     assert!(moved.is_empty(), "instances moved: {moved:?}");
     let shadow = &rollout["shadow"];
     assert_eq!(shadow["digest"], refuse.as_str());
-    assert_eq!(shadow["planned"], INSTANCES);
+    assert_eq!(shadow["planned"], INSTANCES - 1, "all but the pinned one");
     assert_eq!(shadow["refused"], FRAGILE.len(), "{rollout}");
     let first = shadow["refusals"][0].as_str().unwrap_or_default();
     assert!(
@@ -237,10 +270,26 @@ async fn shadow_plans_stop_a_digest_the_guard_refuses_before_any_instance_moves(
     );
     // A few polls later, still nothing moved: the bad digest starts no new rollout.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    fleet.all_on(&v1, &[], Duration::from_secs(5)).await?;
+    fleet.all_on(&v1, &["w-18"], Duration::from_secs(5)).await?;
     assert_eq!(fleet.rollout().await?["phase"], "Stopped");
     let outcomes = metric_sum(&host.url("/metrics"), "wasmop_rollout_outcomes_total").await?;
     assert_eq!(outcomes, 1.0);
+    // Back to Immediate: the rollout's state goes with the strategy (kept, it would serve its
+    // stale stable digest to every instance once the binding is progressive again).
+    fleet
+        .bindings
+        .patch(
+            &fleet.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rollout": {"strategy": "Immediate"}}})),
+        )
+        .await?;
+    wait_for(
+        "the rollout state to go",
+        Duration::from_secs(30),
+        || async { Ok(fleet.rollout().await?.is_null().then_some(())) },
+    )
+    .await?;
     Ok(())
 }
 
@@ -415,7 +464,7 @@ async fn a_good_digest_rolls_out_in_batches_through_a_host_kill_and_a_pin_stays(
 
 #[tokio::test]
 async fn immediate_moves_every_instance_within_a_poll() -> anyhow::Result<()> {
-    let (fleet, v1, _host) = fleet("e2e-rollout-immediate", None, &[]).await?;
+    let (fleet, _, _host) = fleet("e2e-rollout-immediate", None, &[]).await?;
     let v2 = fleet.push("v2").await?;
     let pushed = Instant::now();
     fleet.all_on(&v2, &[], Duration::from_secs(30)).await?;

@@ -60,6 +60,7 @@ fn inputs<'a>(
         instances,
         shadow,
         abort: false,
+        seed: 42,
         now,
     }
 }
@@ -106,6 +107,7 @@ fn the_first_digest_serves_at_once() {
     assert_eq!(step.state.phase, Phase::Stable);
     assert_eq!(step.state.stable.as_deref(), Some(OLD));
     assert_eq!(step.state.known, [OLD]);
+    assert_eq!(step.state.seed, None, "no rollout, no seed");
     assert!(step.actions.is_empty());
 }
 
@@ -268,12 +270,72 @@ fn each_step_soaks_and_a_step_stuck_past_its_deadline_rolls_back() {
     assert_eq!(still.phase, Phase::Canary, "the soak is 10 s from 1");
     let batch = step(&still, &inputs(&policy, Some(NEW), &all, None, at(11))).state;
     assert_eq!(batch.phase, Phase::Batches);
-    // The batch's instances never get Ready: rolled back once the deadline passes.
+    // The batch's instances never get Ready: past the deadline the rollout holds and says
+    // so once, rather than failing the digest for what may be the instances' own trouble.
     let waiting = step(&batch, &inputs(&policy, Some(NEW), &all, None, at(100))).state;
     assert_eq!(waiting.phase, Phase::Batches);
-    let rolled = step(&waiting, &inputs(&policy, Some(NEW), &all, None, at(132))).state;
-    assert_eq!(rolled.phase, Phase::RolledBack);
-    assert_eq!(rolled.bad, [NEW]);
+    let stalled = step(&waiting, &inputs(&policy, Some(NEW), &all, None, at(132)));
+    assert_eq!(stalled.state.phase, Phase::Batches);
+    assert!(stalled.state.stalled);
+    assert!(
+        stalled
+            .state
+            .message
+            .clone()
+            .unwrap_or_default()
+            .starts_with("stalled")
+    );
+    assert!(stalled.actions.iter().any(|a| matches!(
+        a,
+        Action::Event {
+            reason: "RolloutStalled",
+            ..
+        }
+    )));
+    let again = step(
+        &stalled.state,
+        &inputs(&policy, Some(NEW), &all, None, at(140)),
+    );
+    assert!(again.actions.is_empty(), "said once");
+    assert!(again.state.bad.is_empty());
+    // Once they are Ready, it goes on.
+    reconciled(&again.state, &mut all, &policy, None);
+    let soaking = step(
+        &again.state,
+        &inputs(&policy, Some(NEW), &all, None, at(141)),
+    )
+    .state;
+    assert!(!soaking.stalled && soaking.soak_started.is_some());
+}
+
+#[test]
+fn an_instance_broken_before_it_moved_is_not_held_against_the_candidate() {
+    let policy = policy();
+    let mut all = instances(20, OLD);
+    for i in all.iter_mut() {
+        i.degraded = Some("Unhealthy: its own config".into());
+        i.ready = false;
+    }
+    let shadowing = step(
+        &stable_on(OLD),
+        &inputs(&policy, Some(NEW), &all, None, at(0)),
+    )
+    .state;
+    let canary = step(
+        &shadowing,
+        &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
+    )
+    .state;
+    assert_eq!((canary.degraded_before, canary.unready_before), (2, 2));
+    // The canaries are on the candidate, as broken as before: not the candidate's doing.
+    for i in all.iter_mut() {
+        if serves_candidate(&canary, &i.key, false, &policy) {
+            i.serving = Some(NEW.into());
+        }
+    }
+    let held = step(&canary, &inputs(&policy, Some(NEW), &all, None, at(2))).state;
+    assert_eq!(held.phase, Phase::Canary);
+    assert!(held.soak_started.is_some(), "settled with its broken ones");
 }
 
 #[test]
@@ -450,8 +512,9 @@ fn judge_refuses_new_failures_and_deletions_only() {
 
 #[test]
 fn ranks_spread_and_short_digests_read_well() {
-    assert_ne!(rank("team/a", NEW), rank("team/a", NEWER));
-    assert_eq!(rank("team/a", NEW), rank("team/a", NEW));
+    assert_ne!(rank("team/a", NEW, 1), rank("team/a", NEWER, 1));
+    assert_ne!(rank("team/a", NEW, 1), rank("team/a", NEW, 2), "salted");
+    assert_eq!(rank("team/a", NEW, 1), rank("team/a", NEW, 1));
     assert_eq!(short(NEW), "sha256:222222222222");
     assert_eq!(short("abc"), "abc");
 }
@@ -507,4 +570,78 @@ fn what_a_plugin_writes_reaches_the_status_bounded() {
     let rolled = step(&state, &inputs(&policy, Some(NEWER), &all, None, at(4))).state;
     assert_eq!(rolled.phase, Phase::RolledBack);
     assert!(rolled.message.expect("a message").len() <= 1100);
+}
+
+#[test]
+fn a_pause_holds_before_the_canaries_and_its_time_is_not_the_steps() {
+    let mut policy = policy();
+    let mut all = instances(20, OLD);
+    let shadowing = step(
+        &stable_on(OLD),
+        &inputs(&policy, Some(NEW), &all, None, at(0)),
+    )
+    .state;
+    policy.paused = true;
+    let paused = step(
+        &shadowing,
+        &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
+    );
+    assert_eq!(paused.state.phase, Phase::Shadow);
+    assert!(moved(&paused.state, &all, &policy).is_empty());
+    // Judged once: no second shadow pass while paused, nor on resume.
+    let still = step(
+        &paused.state,
+        &inputs(&policy, Some(NEW), &all, None, at(500)),
+    );
+    assert!(!still.actions.contains(&Action::Shadow));
+    policy.paused = false;
+    let canary = step(
+        &still.state,
+        &inputs(&policy, Some(NEW), &all, None, at(501)),
+    )
+    .state;
+    assert_eq!(canary.phase, Phase::Canary);
+    // Paused mid-step past the deadline: resumed, the step has its whole deadline again.
+    policy.paused = true;
+    let held = step(&canary, &inputs(&policy, Some(NEW), &all, None, at(1000))).state;
+    policy.paused = false;
+    let resumed = step(&held, &inputs(&policy, Some(NEW), &all, None, at(1001))).state;
+    assert!(!resumed.stalled, "{resumed:?}");
+    reconciled(&resumed, &mut all, &policy, None);
+    assert_eq!(
+        step(&resumed, &inputs(&policy, Some(NEW), &all, None, at(1002)))
+            .state
+            .phase,
+        Phase::Canary
+    );
+}
+
+#[test]
+fn only_digests_that_served_every_instance_may_be_pinned() {
+    let policy = policy();
+    let mut all = instances(4, OLD);
+    let mut state = step(
+        &stable_on(OLD),
+        &inputs(&policy, Some(NEW), &all, None, at(0)),
+    )
+    .state;
+    assert_eq!(state.known, [OLD], "a candidate is not known yet");
+    let mut now = 1;
+    while state.phase != Phase::Stable {
+        state = step(
+            &state,
+            &inputs(
+                &policy,
+                Some(NEW),
+                &all,
+                Some(&all_same(NEW, &all)),
+                at(now),
+            ),
+        )
+        .state;
+        reconciled(&state, &mut all, &policy, None);
+        now += 1;
+        assert!(now < 1000);
+    }
+    assert_eq!(state.known, [OLD, NEW]);
 }

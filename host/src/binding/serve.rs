@@ -613,6 +613,25 @@ impl Serve {
     /// Writes the binding's status when it changed. A host that cannot count the instances
     /// ([`Self::count`]) writes under a field manager of its own and leaves `instances` to the
     /// hosts that can: under one manager its apply would remove the field theirs set.
+    /// Removes `status.rollout` and `status.rolloutInstances`: an apply of none of them by
+    /// their field manager.
+    async fn clear_rollout(&self, binding: &PluginBinding) {
+        let api: Api<PluginBinding> = Api::all(self.client.clone());
+        let patch = json!({
+            "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginBinding", "status": {},
+        });
+        if let Err(err) = api
+            .patch_status(
+                &binding.name_any(),
+                &PatchParams::apply(crate::rollout::driver::FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(binding = %binding.name_any(), error = %err, "clearing the rollout of a binding that rolls out at once");
+        }
+    }
+
     async fn write_status(
         &self,
         binding: &PluginBinding,
@@ -648,6 +667,12 @@ impl Serve {
             rollout: previous.rollout.clone(),
             rollout_instances: previous.rollout_instances.clone(),
         };
+        // A binding that rolls out at once (again) has no rollout: its state, were it kept, would
+        // serve every instance the stable digest of long ago once the binding is progressive again.
+        let progressive = crate::rollout::Settings::of(binding.spec.rollout.as_ref()).is_some();
+        if !progressive && (previous.rollout.is_some() || previous.rollout_instances.is_some()) {
+            self.clear_rollout(binding).await;
+        }
         if status == previous {
             return;
         }

@@ -336,6 +336,21 @@ async fn serve_kind(
     forget_deleted.abort();
     if let Some(driving) = driving {
         driving.abort();
+        // What the next driver (the binding changed) or none (no longer progressive) says.
+        if let Some(binding) = &kind.binding {
+            shared.ctx.rollouts.forget(&binding.name);
+            if let Ok(source) = SourceRef::from_spec(
+                &binding.source_namespace,
+                &binding.plugin,
+                &OciRules::default(),
+            ) {
+                shared
+                    .ctx
+                    .plugins
+                    .registry
+                    .hold(&source.location(), Default::default());
+            }
+        }
     }
     warming.abort();
     opener.abort();

@@ -7,7 +7,7 @@
 //! recompiled on every poll. Every change is broadcast so that dependents can requeue.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, RwLock},
     time::{Duration, Instant},
 };
@@ -36,6 +36,10 @@ const REMEMBERED_FAILURES: usize = 8;
 /// some instances with the previous version while others move to the new one, and rolls back to
 /// it without a compile ([`crate::rollout`]). Each is one compiled component in memory.
 pub const KEPT_VERSIONS: usize = 2;
+
+/// How long a version [`PluginRegistry::recall`] could not load is not tried again (a blob the
+/// cache evicted comes back with the next fetch of it; the instances say why meanwhile).
+const RECALL_RETRY: Duration = Duration::from_secs(30);
 
 /// One plugin version in service for one source reference.
 pub struct LoadedPlugin {
@@ -132,6 +136,8 @@ pub struct SourceState {
     /// How the source's polls have been failing since the last one that answered, whether the
     /// Apps have been told yet or not (see [`PluginRegistry::record_poll_failure`]).
     pub poll_failing: Option<LoadError>,
+    /// When the version in service went into service (a reinstated one: when it went back).
+    pub since: Option<Instant>,
 }
 
 /// What became of a version offered to the registry.
@@ -158,6 +164,8 @@ pub enum Offer {
 #[derive(Default)]
 struct Entry {
     current: Option<Arc<LoadedPlugin>>,
+    /// When `current` went into service.
+    since: Option<Instant>,
     /// Earlier versions still loaded, newest first (at most [`KEPT_VERSIONS`]).
     kept: Vec<Arc<LoadedPlugin>>,
     last_error: Option<LoadError>,
@@ -168,8 +176,8 @@ struct Entry {
 
 impl Entry {
     /// Keeps `loaded` beside the version in service, newest first, dropping the oldest past
-    /// [`KEPT_VERSIONS`].
-    fn keep(&mut self, loaded: Arc<LoadedPlugin>) {
+    /// [`KEPT_VERSIONS`] that no rollout holds (`held`: digests some instance is on).
+    fn keep(&mut self, loaded: Arc<LoadedPlugin>, held: &BTreeSet<String>) {
         if self
             .current
             .as_ref()
@@ -180,7 +188,18 @@ impl Entry {
         self.kept
             .retain(|k| k.compiled.digest != loaded.compiled.digest);
         self.kept.insert(0, loaded);
-        self.kept.truncate(KEPT_VERSIONS);
+        while self.kept.len() > KEPT_VERSIONS {
+            let Some(oldest) = self
+                .kept
+                .iter()
+                .rposition(|k| !held.contains(k.compiled.digest.as_str()))
+            else {
+                // Every one is some instance's: a rollout holds at most its stable digest, its
+                // candidate and the pins it allows (bounded by the digests it remembers).
+                break;
+            };
+            self.kept.remove(oldest);
+        }
     }
 
     fn state(&self) -> SourceState {
@@ -188,6 +207,7 @@ impl Entry {
             current: self.current.clone(),
             last_error: self.last_error.clone(),
             poll_failing: self.polls_failing.as_ref().map(|(_, e)| e.clone()),
+            since: self.since,
         }
     }
 }
@@ -208,8 +228,10 @@ pub struct PluginRegistry {
     compiles: CompileQueue,
     /// Earlier versions being loaded by [`Self::recall`], one lock each.
     recalls: std::sync::Mutex<HashMap<Version, Arc<tokio::sync::Mutex<()>>>>,
-    /// Earlier versions [`Self::recall`] could not load, and why.
-    recall_failed: std::sync::Mutex<HashMap<Version, LoadError>>,
+    /// Earlier versions [`Self::recall`] could not load, why, and when.
+    recall_failed: std::sync::Mutex<HashMap<Version, (Instant, LoadError)>>,
+    /// Digests instances are on, by source location ([`Self::hold`]).
+    held: RwLock<HashMap<SourceRef, BTreeSet<String>>>,
 }
 
 impl PluginRegistry {
@@ -249,6 +271,7 @@ impl PluginRegistry {
             compiles: CompileQueue::new(),
             recalls: std::sync::Mutex::new(HashMap::new()),
             recall_failed: std::sync::Mutex::new(HashMap::new()),
+            held: RwLock::new(HashMap::new()),
         })
     }
 
@@ -325,6 +348,10 @@ impl PluginRegistry {
         if let Some(loaded) = self.version(source, digest) {
             return Ok(loaded);
         }
+        // Those that waited for the turn of one that failed fail with it.
+        if let Some(err) = self.recall_failure(source, digest) {
+            return Err(err);
+        }
         let this = Arc::clone(self);
         let source_name = source.to_string();
         let compiled = tokio::task::spawn_blocking(move || {
@@ -356,14 +383,7 @@ impl PluginRegistry {
         let compiled = match compiled {
             Ok(compiled) => compiled,
             Err(err) => {
-                let mut failed = self.recall_failed.lock().unwrap_or_else(|p| p.into_inner());
-                // Bounded: a few versions per source are ever recalled.
-                if failed.len() >= 64 {
-                    failed.clear();
-                }
-                failed.insert(key, err.clone());
-                drop(failed);
-                let _ = self.changes.send(source.clone());
+                self.recall_refused(source, digest, err.clone());
                 return Err(err);
             }
         };
@@ -375,22 +395,60 @@ impl PluginRegistry {
             metrics: self.metrics.clone(),
         });
         {
+            let held = self.held(source);
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
             let entry = entries.entry(source.clone()).or_default();
-            entry.keep(Arc::clone(&loaded));
+            entry.keep(Arc::clone(&loaded), &held);
         }
         tracing::info!(source = %source, digest, "an earlier plugin version loaded beside the one in service");
         let _ = self.changes.send(source.clone());
         Ok(loaded)
     }
 
-    /// Why loading the version of `source` with `digest` by [`Self::recall`] failed, if it did.
+    /// Records that the version of `source` with `digest` cannot be recalled, and why: it is not
+    /// tried again for [`RECALL_RETRY`], and the instances waiting for it say why.
+    pub fn recall_refused(&self, source: &SourceRef, digest: &str, err: LoadError) {
+        let mut failed = self.recall_failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.retain(|_, (at, _)| at.elapsed() < RECALL_RETRY);
+        // Bounded besides: a few versions per source are ever recalled.
+        if failed.len() >= 256 {
+            failed.clear();
+        }
+        failed.insert((source.clone(), digest.to_string()), (Instant::now(), err));
+        drop(failed);
+        let _ = self.changes.send(source.clone());
+    }
+
+    /// Says which digests of the source at `location` ([`SourceRef::location`]) instances are
+    /// on: those are never dropped from the versions kept loaded ([`KEPT_VERSIONS`] counts the
+    /// others), so that a tag that keeps moving does not unload what a rollout serves.
+    pub fn hold(&self, location: &SourceRef, digests: BTreeSet<String>) {
+        let mut held = self.held.write().unwrap_or_else(|p| p.into_inner());
+        if digests.is_empty() {
+            held.remove(location);
+        } else {
+            held.insert(location.clone(), digests);
+        }
+    }
+
+    fn held(&self, source: &SourceRef) -> BTreeSet<String> {
+        self.held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&source.location())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Why loading the version of `source` with `digest` by [`Self::recall`] failed, if it did
+    /// within [`RECALL_RETRY`].
     pub fn recall_failure(&self, source: &SourceRef, digest: &str) -> Option<LoadError> {
         self.recall_failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(source.clone(), digest.to_string()))
-            .cloned()
+            .filter(|(at, _)| at.elapsed() < RECALL_RETRY)
+            .map(|(_, err)| err.clone())
     }
 
     /// Drops everything known about `source` (no App uses it any more). Callers holding its
@@ -516,6 +574,7 @@ impl PluginRegistry {
     /// Puts a version kept beside the one in service back into service, without a compile
     /// (a tag moved back, or a rollout's stable version recalled before the source answered).
     fn reinstate(&self, source: &SourceRef, kept: Arc<LoadedPlugin>) -> Offer {
+        let held = self.held(source);
         let previous = {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
             let entry = entries.entry(source.clone()).or_default();
@@ -524,8 +583,9 @@ impl PluginRegistry {
                 .kept
                 .retain(|k| k.compiled.digest != kept.compiled.digest);
             let previous = entry.current.replace(Arc::clone(&kept));
+            entry.since = Some(Instant::now());
             if let Some(previous) = &previous {
-                entry.keep(Arc::clone(previous));
+                entry.keep(Arc::clone(previous), &held);
             }
             previous
         };
@@ -648,16 +708,18 @@ impl PluginRegistry {
             engine: Arc::clone(&self.engine),
             metrics: self.metrics.clone(),
         });
+        let held = self.held(source);
         let previous = {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
             let entry = entries.entry(source.clone()).or_default();
             entry.last_error = None;
             let previous = entry.current.replace(Arc::clone(&loaded));
+            entry.since = Some(Instant::now());
             entry
                 .kept
                 .retain(|k| k.compiled.digest != loaded.compiled.digest);
             if let Some(previous) = &previous {
-                entry.keep(Arc::clone(previous));
+                entry.keep(Arc::clone(previous), &held);
             }
             previous
         };

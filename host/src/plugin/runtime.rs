@@ -115,6 +115,55 @@ impl PluginRuntime {
     }
 }
 
+impl PluginRuntime {
+    /// Loads the version of `source` with `digest` beside the one in service, from the on-disk
+    /// cache ([`PluginRegistry::recall`]): for an OCI source, only a digest the cache records
+    /// this very source (its credentials and the keys that had to sign it) served, so that a
+    /// version is never served unverified, nor one another tenant's source brought into the
+    /// cache.
+    pub async fn recall(
+        &self,
+        source: &SourceRef,
+        digest: &str,
+    ) -> Result<Arc<super::registry::LoadedPlugin>, super::LoadError> {
+        if let Some(loaded) = self.registry.version(source, digest) {
+            return Ok(loaded);
+        }
+        if let Some(err) = self.registry.recall_failure(source, digest) {
+            return Err(err);
+        }
+        if let SourceRef::Oci(oci) = source {
+            let key = match self.watcher.oci().cache_key(source, oci).await {
+                Ok(key) => key,
+                Err(err) => {
+                    self.registry.recall_refused(source, digest, err.clone());
+                    return Err(err);
+                }
+            };
+            let served = super::Digest::parse(digest).ok().and_then(|parsed| {
+                let recorded = self
+                    .registry
+                    .cache()?
+                    .recall_ref(&super::watch::served_key(&key, &parsed))?;
+                (recorded == parsed).then_some(())
+            });
+            if served.is_none() {
+                let err = super::LoadError::Fetch {
+                    source_ref: source.to_string(),
+                    message: format!(
+                        "{digest} is no longer the version the source offers, and the host's \
+                         plugin cache has no record that this source served it (with these \
+                         credentials and signature keys): it cannot be loaded again"
+                    ),
+                };
+                self.registry.recall_refused(source, digest, err.clone());
+                return Err(err);
+            }
+        }
+        self.registry.recall(source, digest).await
+    }
+}
+
 fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

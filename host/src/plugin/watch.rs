@@ -31,6 +31,11 @@ use super::{
     },
 };
 
+/// The cache's record that the OCI source of cache key `cache_key` served `digest`.
+pub fn served_key(cache_key: &str, digest: &super::Digest) -> String {
+    format!("{cache_key}@{digest}")
+}
+
 /// Starts and stops one driver task per source in use.
 pub struct SourceWatcher {
     registry: Arc<PluginRegistry>,
@@ -92,6 +97,11 @@ impl SourceWatcher {
             }
         });
         this
+    }
+
+    /// The OCI client the sources are fetched with.
+    pub fn oci(&self) -> &Arc<OciSource> {
+        &self.oci
     }
 
     /// Adds a check of whether an App still references a source: a source any check claims is
@@ -297,6 +307,10 @@ async fn drive_oci(
                         wait = poll;
                         if let Some(cache) = registry.cache() {
                             cache.remember_ref(&resolved.cache_key, &digest);
+                            // What a rollout may load again from the cache after a restart:
+                            // only a digest this very source (its credentials and keys)
+                            // served, verified as it was then.
+                            cache.remember_ref(&served_key(&resolved.cache_key, &digest), &digest);
                         }
                     } else {
                         wait = (wait * 2).min(REFUSED_BACKOFF.max(poll));

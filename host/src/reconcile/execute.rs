@@ -957,6 +957,14 @@ mod tests {
             .get_or_create(&vec![("priority", "urgent")])
             .set(0);
         let _cache = crate::controller::cache::Cache::new(&reconcile.cache, "configmaps");
+        let rollouts = crate::rollout::RolloutMetrics::register(&mut registry);
+        rollouts.observe(
+            "b",
+            &wasmop_core::rollout::State::default(),
+            &crate::rollout::InstanceCounts::default(),
+        );
+        rollouts.ended("b", "complete");
+        rollouts.shadowed("b", std::time::Duration::from_millis(5));
         let plugin = PluginMetrics::register(&mut registry);
         plugin.load("loaded", "");
         plugin.compiled(0.1, false);

@@ -220,28 +220,10 @@ fn recall(ctx: &Context, source: &SourceRef, digest: &str) -> PluginState {
             message: err.to_string(),
         };
     }
-    // A blob in the cache was verified when this source first served it, under the rules of
-    // that time; a source that must be signed now is not served from it unverified.
-    if let SourceRef::Oci(oci) = source
-        && !oci.keys.is_empty()
-    {
-        return PluginState::Broken {
-            reason: "FetchFailed",
-            message: format!(
-                "{digest} of {source} must be signed and is no longer the version the source \
-                 offers, so it cannot be verified again; abort the rollout or pin another \
-                 version"
-            ),
-        };
-    }
-    let (registry, source, digest) = (
-        ctx.plugins.registry.clone(),
-        source.clone(),
-        digest.to_string(),
-    );
+    let (runtime, source, digest) = (ctx.plugins.clone(), source.clone(), digest.to_string());
     let message = format!("loading plugin {source} at {digest} for its rollout");
     tokio::spawn(async move {
-        if let Err(err) = registry.recall(&source, &digest).await {
+        if let Err(err) = runtime.recall(&source, &digest).await {
             tracing::warn!(source = %source, %digest, error = %err, "loading an earlier plugin version for a rollout");
         }
     });

@@ -6,7 +6,7 @@
 //! serves them may have changed. Before it leads it only mirrors the leader's status into
 //! [`Rollouts`], so that the reconciles it takes over pick what the leader picked.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -27,14 +27,14 @@ use wasmop_core::rollout::{self, Action, Instance, Phase, State};
 use super::{ABORT_ANNOTATION, InstanceCounts, PIN_ANNOTATION, Rollouts, Settings, shadow};
 use crate::{
     binding::PluginBinding,
-    parent::ParentKind,
+    parent::{Binding, ParentKind},
     plugin::source::{OciRules, SourceRef},
-    reconcile::Context,
+    reconcile::{Context, prepare::governing},
 };
 
 /// The field manager of the binding's `status.rollout` and `status.rolloutInstances` (the
 /// binding's other status fields are the binding server's).
-const FIELD_MANAGER: &str = "wasmop-rollout";
+pub(crate) const FIELD_MANAGER: &str = "wasmop-rollout";
 
 /// How often the rollout is stepped when nothing asks sooner: a canary that turns Degraded is
 /// rolled back within this of its status saying so.
@@ -87,6 +87,7 @@ pub(crate) async fn drive(driver: Driver) {
     )
     .ok()
     .map(|s| s.location());
+    let registry = driver.ctx.plugins.registry.clone();
     // The state as this driver last wrote it (while leading) or read it (before).
     let mut state: Option<State> = None;
     let mut counts: Option<InstanceCounts> = None;
@@ -126,8 +127,8 @@ pub(crate) async fn drive(driver: Driver) {
             }
         }
         let current = state.clone().unwrap_or_default();
-        let offered = offered(&driver.ctx, location.as_ref());
         let objects = driver.store.state();
+        let offered = offered(&driver.ctx, &sources(&driver.ctx, &binding, &objects));
         let instances: Vec<Instance> = objects.iter().map(|o| instance(o, &settings)).collect();
         let abort = object
             .annotations()
@@ -140,6 +141,12 @@ pub(crate) async fn drive(driver: Driver) {
             instances: &instances,
             shadow: shadow.as_ref(),
             abort,
+            // A fresh salt for a rollout that starts: which instances move first cannot be
+            // foreseen from their names.
+            seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                std::time::Instant::now(),
+            ),
             now,
         };
         let mut step = rollout::step(&current, &inputs);
@@ -230,6 +237,24 @@ pub(crate) async fn drive(driver: Driver) {
             counts = Some(counted);
             state = Some(step.state.clone());
         }
+        // What instances are on stays loaded, however often the tag moves.
+        if let Some(location) = &location {
+            let mut held: BTreeSet<String> = step
+                .state
+                .stable
+                .iter()
+                .chain(step.state.candidate.iter())
+                .cloned()
+                .collect();
+            held.extend(
+                objects
+                    .iter()
+                    .filter_map(|o| o.annotations().get(PIN_ANNOTATION))
+                    .filter(|pin| step.state.known.contains(pin))
+                    .cloned(),
+            );
+            registry.hold(location, held);
+        }
         if let Some(recheck) = step.recheck {
             next = next.min(tokio::time::Instant::now() + recheck);
         }
@@ -252,18 +277,37 @@ fn ended(rollouts: &Rollouts, binding: &str, before: Option<&State>, after: &Sta
     rollouts.metrics.ended(binding, outcome);
 }
 
-/// The newest digest the registry loaded for the binding's source, under any namespace's rules
-/// (a source's registry entry is per credentials and keys; its location is the binding's).
-fn offered(ctx: &Context, location: Option<&SourceRef>) -> Option<String> {
-    let location = location?;
-    ctx.plugins
-        .registry
-        .snapshot()
-        .into_iter()
-        .filter(|(source, _)| source.location() == *location)
-        .filter_map(|(_, state)| state.current)
-        .max_by_key(|loaded| loaded.loaded_at)
-        .map(|loaded| loaded.compiled.digest.to_string())
+/// The binding's sources: its plugin reference under the rules of each namespace its instances
+/// are in (a PluginPolicy may give a namespace registry credentials or signature keys, each a
+/// registry entry of its own).
+fn sources(ctx: &Context, binding: &Binding, objects: &[Arc<DynamicObject>]) -> Vec<SourceRef> {
+    let namespaces: BTreeSet<String> = objects.iter().filter_map(|o| o.namespace()).collect();
+    let mut sources: Vec<SourceRef> = namespaces
+        .iter()
+        .filter_map(|ns| match governing(ctx, ns) {
+            Some(Ok(governing)) => SourceRef::from_spec(
+                &binding.source_namespace,
+                &binding.plugin,
+                &governing.rules.source.oci,
+            )
+            .ok(),
+            _ => None,
+        })
+        .collect();
+    sources.sort();
+    sources.dedup();
+    sources
+}
+
+/// The digest the binding's sources offer: what the one that changed last holds (never an App's
+/// entry for the same image, whose credentials are another's).
+fn offered(ctx: &Context, sources: &[SourceRef]) -> Option<String> {
+    sources
+        .iter()
+        .map(|s| ctx.plugins.registry.get(s))
+        .filter_map(|state| Some((state.since?, state.current?)))
+        .max_by_key(|(since, _)| *since)
+        .map(|(_, loaded)| loaded.compiled.digest.to_string())
 }
 
 /// One instance as the rollout sees it.

@@ -300,7 +300,7 @@ pub struct RolloutMetrics {
     step: Family<BindingLabel, Gauge>,
     instances: Family<InstancesLabels, Gauge>,
     outcomes: Family<OutcomeLabels, Counter>,
-    shadow_seconds: Family<BindingLabel, Gauge>,
+    shadow_seconds: Family<BindingLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl RolloutMetrics {
@@ -332,7 +332,7 @@ impl RolloutMetrics {
         metrics
     }
 
-    fn observe(&self, binding: &str, state: &State, counts: &InstanceCounts) {
+    pub(crate) fn observe(&self, binding: &str, state: &State, counts: &InstanceCounts) {
         use rollout::Phase;
         let step = match state.phase {
             Phase::Shadow => 0,
@@ -360,7 +360,7 @@ impl RolloutMetrics {
         }
     }
 
-    fn ended(&self, binding: &str, outcome: &'static str) {
+    pub(crate) fn ended(&self, binding: &str, outcome: &'static str) {
         self.outcomes
             .get_or_create(&OutcomeLabels {
                 binding: binding.to_string(),
@@ -369,12 +369,12 @@ impl RolloutMetrics {
             .inc();
     }
 
-    fn shadowed(&self, binding: &str, took: Duration) {
+    pub(crate) fn shadowed(&self, binding: &str, took: Duration) {
         self.shadow_seconds
             .get_or_create(&BindingLabel {
                 binding: binding.to_string(),
             })
-            .set(i64::try_from(took.as_secs()).unwrap_or(i64::MAX));
+            .set(took.as_secs_f64());
     }
 }
 
