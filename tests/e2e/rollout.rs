@@ -473,3 +473,78 @@ async fn immediate_moves_every_instance_within_a_poll() -> anyhow::Result<()> {
     let _ = &fleet.client;
     Ok(())
 }
+
+/// `wasmop rollout ARGS...` against the local cluster; its output, which must be a success.
+fn cli(fleet: &Fleet, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new(crate::harness::wasmop_binary()?)
+        .arg("rollout")
+        .args(args)
+        .env("KUBECONFIG", &fleet.local.kubeconfig)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "wasmop rollout {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test]
+async fn the_cli_shows_pauses_resumes_and_aborts_a_rollout() -> anyhow::Result<()> {
+    let (fleet, v1, host) = fleet("e2e-rollout-cli", Some(progressive(300)), &[]).await?;
+    fleet.phase("Stable", Duration::from_secs(30)).await?;
+    let v2 = fleet.push("v2").await?;
+    fleet.phase("Canary", Duration::from_secs(60)).await?;
+    let status = cli(&fleet, &["status", &fleet.name])?;
+    assert!(status.contains("Canary"), "{status}");
+    assert!(status.contains(&v2[..19]), "names the candidate: {status}");
+    assert!(
+        status.contains("shadow plans of") && status.contains("20 planned"),
+        "{status}"
+    );
+
+    cli(&fleet, &["pause", &fleet.name])?;
+    let paused = fleet.bindings.get(&fleet.name).await?;
+    assert_eq!(paused.spec.rollout.and_then(|r| r.paused), Some(true));
+    wait_for(
+        "the rollout to say it is paused",
+        Duration::from_secs(30),
+        || async {
+            let rollout = fleet.rollout().await?;
+            let message = rollout["message"].as_str().unwrap_or_default().to_string();
+            Ok(message.starts_with("paused").then_some(()))
+        },
+    )
+    .await?;
+    assert!(cli(&fleet, &["status", &fleet.name])?.contains("(paused)"));
+    cli(&fleet, &["resume", &fleet.name])?;
+
+    let out = cli(&fleet, &["abort", &fleet.name])?;
+    assert!(out.contains("abort"), "{out}");
+    let rollout = fleet.phase("RolledBack", Duration::from_secs(30)).await?;
+    assert!(
+        rollout["bad"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|d| d == v2.as_str())),
+        "{rollout}"
+    );
+    fleet.all_on(&v1, &[], Duration::from_secs(30)).await?;
+    let text = reqwest::get(host.url("/metrics")).await?.text().await?;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("wasmop_rollout_outcomes_total{") && l.contains("aborted")),
+        "the abort is counted"
+    );
+    // Nothing to abort now, said plainly.
+    let none = std::process::Command::new(crate::harness::wasmop_binary()?)
+        .args(["rollout", "abort", &fleet.name])
+        .env("KUBECONFIG", &fleet.local.kubeconfig)
+        .output()?;
+    assert!(!none.status.success());
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no rollout in progress"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+    Ok(())
+}

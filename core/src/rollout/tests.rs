@@ -96,6 +96,25 @@ fn all_same(digest: &str, all: &[Instance]) -> Shadow {
     }
 }
 
+/// From the stable digest `OLD`, `new` offered at 0 s: its shadow phase.
+fn shadowing_of(policy: &Policy, all: &[Instance], new: &str) -> State {
+    step(
+        &stable_on(OLD),
+        &inputs(policy, Some(new), all, None, at(0)),
+    )
+    .state
+}
+
+/// Then its shadow plans, all the same as the stable digest's, at 1 s: its canaries.
+fn canaries_of(policy: &Policy, all: &[Instance], new: &str) -> State {
+    let shadowing = shadowing_of(policy, all, new);
+    step(
+        &shadowing,
+        &inputs(policy, Some(new), all, Some(&all_same(new, all)), at(1)),
+    )
+    .state
+}
+
 #[test]
 fn the_first_digest_serves_at_once() {
     let policy = policy();
@@ -129,11 +148,7 @@ fn a_new_digest_is_shadow_planned_before_any_instance_moves() {
 fn a_refused_shadow_plan_stops_the_rollout_and_marks_the_digest_bad() {
     let policy = policy();
     let all = instances(20, OLD);
-    let shadowing = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let shadowing = shadowing_of(&policy, &all, NEW);
     let mut shadow = all_same(NEW, &all);
     for (key, verdict) in shadow.verdicts.iter_mut().take(3) {
         *verdict = Verdict::Refused {
@@ -168,11 +183,7 @@ fn a_refused_shadow_plan_stops_the_rollout_and_marks_the_digest_bad() {
 fn a_canary_that_degrades_rolls_back_and_the_rest_never_move() {
     let policy = policy();
     let mut all = instances(20, OLD);
-    let shadowing = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let shadowing = shadowing_of(&policy, &all, NEW);
     let canary = step(
         &shadowing,
         &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
@@ -203,11 +214,7 @@ fn a_canary_that_degrades_rolls_back_and_the_rest_never_move() {
 fn a_good_digest_goes_canary_then_batches_never_more_than_a_batch_in_flight() {
     let policy = policy();
     let mut all = instances(20, OLD);
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let mut state = shadowing_of(&policy, &all, NEW);
     let shadow = all_same(NEW, &all);
     let mut now = 1;
     let mut steps = Vec::new();
@@ -252,11 +259,7 @@ fn a_good_digest_goes_canary_then_batches_never_more_than_a_batch_in_flight() {
 fn each_step_soaks_and_a_step_stuck_past_its_deadline_rolls_back() {
     let policy = policy();
     let mut all = instances(20, OLD);
-    let shadowing = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let shadowing = shadowing_of(&policy, &all, NEW);
     let canary = step(
         &shadowing,
         &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(0)),
@@ -316,11 +319,7 @@ fn an_instance_broken_before_it_moved_is_not_held_against_the_candidate() {
         i.degraded = Some("Unhealthy: its own config".into());
         i.ready = false;
     }
-    let shadowing = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let shadowing = shadowing_of(&policy, &all, NEW);
     let canary = step(
         &shadowing,
         &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
@@ -345,11 +344,7 @@ fn pinned_instances_never_move_and_selected_canaries_go_first() {
     let mut all = instances(6, OLD);
     all[0].pinned = true;
     all[1].selected = true;
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let mut state = shadowing_of(&policy, &all, NEW);
     state = step(
         &state,
         &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(0)),
@@ -372,16 +367,7 @@ fn pinned_instances_never_move_and_selected_canaries_go_first() {
 fn a_newer_digest_restarts_the_rollout_and_abort_rolls_back() {
     let policy = policy();
     let all = instances(20, OLD);
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
-    state = step(
-        &state,
-        &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
-    )
-    .state;
+    let state = canaries_of(&policy, &all, NEW);
     assert_eq!(state.phase, Phase::Canary);
     let restarted = step(&state, &inputs(&policy, Some(NEWER), &all, None, at(2)));
     assert_eq!(restarted.state.phase, Phase::Shadow);
@@ -399,16 +385,7 @@ fn a_newer_digest_restarts_the_rollout_and_abort_rolls_back() {
 fn a_source_that_offers_the_stable_digest_again_withdraws_the_rollout() {
     let policy = policy();
     let all = instances(20, OLD);
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
-    state = step(
-        &state,
-        &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
-    )
-    .state;
+    let state = canaries_of(&policy, &all, NEW);
     assert_eq!(moved(&state, &all, &policy).len(), 2);
     let withdrawn = step(&state, &inputs(&policy, Some(OLD), &all, None, at(2))).state;
     assert_eq!(withdrawn.phase, Phase::RolledBack);
@@ -424,11 +401,7 @@ fn a_source_that_offers_the_stable_digest_again_withdraws_the_rollout() {
 fn stepping_is_deterministic_from_the_stored_state() {
     let policy = policy();
     let all = instances(50, OLD);
-    let state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let state = shadowing_of(&policy, &all, NEW);
     let shadow = all_same(NEW, &all);
     let a = step(
         &state,
@@ -523,11 +496,7 @@ fn ranks_spread_and_short_digests_read_well() {
 fn what_a_plugin_writes_reaches_the_status_bounded() {
     let policy = policy();
     let mut all = instances(4, OLD);
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let mut state = shadowing_of(&policy, &all, NEW);
     let mut shadow = all_same(NEW, &all);
     shadow.verdicts[0].1 = Verdict::Refused {
         reason: "PlanRejected".into(),
@@ -576,11 +545,7 @@ fn what_a_plugin_writes_reaches_the_status_bounded() {
 fn a_pause_holds_before_the_canaries_and_its_time_is_not_the_steps() {
     let mut policy = policy();
     let mut all = instances(20, OLD);
-    let shadowing = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let shadowing = shadowing_of(&policy, &all, NEW);
     policy.paused = true;
     let paused = step(
         &shadowing,
@@ -620,11 +585,7 @@ fn a_pause_holds_before_the_canaries_and_its_time_is_not_the_steps() {
 fn only_digests_that_served_every_instance_may_be_pinned() {
     let policy = policy();
     let mut all = instances(4, OLD);
-    let mut state = step(
-        &stable_on(OLD),
-        &inputs(&policy, Some(NEW), &all, None, at(0)),
-    )
-    .state;
+    let mut state = shadowing_of(&policy, &all, NEW);
     assert_eq!(state.known, [OLD], "a candidate is not known yet");
     let mut now = 1;
     while state.phase != Phase::Stable {

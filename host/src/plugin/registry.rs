@@ -387,13 +387,7 @@ impl PluginRegistry {
                 return Err(err);
             }
         };
-        let loaded = Arc::new(LoadedPlugin {
-            source: source.clone(),
-            compiled,
-            loaded_at: Utc::now(),
-            engine: Arc::clone(&self.engine),
-            metrics: self.metrics.clone(),
-        });
+        let loaded = self.loaded(source, compiled);
         {
             let held = self.held(source);
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
@@ -403,6 +397,17 @@ impl PluginRegistry {
         tracing::info!(source = %source, digest, "an earlier plugin version loaded beside the one in service");
         let _ = self.changes.send(source.clone());
         Ok(loaded)
+    }
+
+    /// `compiled`, of `source`, ready to serve from now.
+    fn loaded(&self, source: &SourceRef, compiled: CompiledPlugin) -> Arc<LoadedPlugin> {
+        Arc::new(LoadedPlugin {
+            source: source.clone(),
+            compiled,
+            loaded_at: Utc::now(),
+            engine: Arc::clone(&self.engine),
+            metrics: self.metrics.clone(),
+        })
     }
 
     /// Records that the version of `source` with `digest` cannot be recalled, and why: it is not
@@ -701,13 +706,7 @@ impl PluginRegistry {
         self.metrics
             .compiled(compiled.compile_time.as_secs_f64(), compiled.from_cache);
         self.metrics.load("ok", "Loaded");
-        let loaded = Arc::new(LoadedPlugin {
-            source: source.clone(),
-            compiled,
-            loaded_at: Utc::now(),
-            engine: Arc::clone(&self.engine),
-            metrics: self.metrics.clone(),
-        });
+        let loaded = self.loaded(source, compiled);
         let held = self.held(source);
         let previous = {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());

@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
             .as_secs()
     );
     let ns = format!("bench-rollout-{stamp}");
-    let group = format!("r{stamp}.bench.wasmop.dev");
+    let group = format!("r{stamp}.bench.example.com");
     let result = run(&args, &local, &client, &ns, &group).await;
     cleanup(&local, &client, &ns, &group).await;
     let report = result?;
@@ -372,13 +372,13 @@ async fn run(
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        if entry["fields"]["message"] != "writing to the API server" {
+        if entry["message"] != "writing to the API server" {
             continue;
         }
         let key = format!(
             "{} {}",
-            entry["fields"]["verb"].as_str().unwrap_or("?"),
-            entry["fields"]["resource"].as_str().unwrap_or("?")
+            entry["verb"].as_str().unwrap_or("?"),
+            entry["resource"].as_str().unwrap_or("?")
         );
         *writes.entry(key).or_default() += 1;
     }
