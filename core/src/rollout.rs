@@ -216,7 +216,7 @@ impl State {
     }
 
     /// The rank salt.
-    fn seed(&self) -> u64 {
+    fn salt(&self) -> u64 {
         self.seed
             .as_deref()
             .and_then(|t| u64::from_str_radix(t, 16).ok())
@@ -390,7 +390,7 @@ pub fn serves_candidate(state: &State, key: &str, selected: bool, policy: &Polic
         return false;
     }
     (selected && policy.canary == Canary::Selected)
-        || rank(key, candidate, state.seed()) < state.threshold()
+        || rank(key, candidate, state.salt()) < state.threshold()
 }
 
 /// What a rollout's driver must do besides writing the new state.
@@ -684,7 +684,7 @@ fn canary_count(policy: &Policy, instances: &[Instance]) -> u32 {
 /// The lowest threshold that puts `target` of the unpinned instances (selected canaries
 /// aside) below it, and never lowers `state`'s.
 fn threshold_for(state: &State, instances: &[Instance], candidate: &str, target: u32) -> u64 {
-    let seed = state.seed();
+    let seed = state.salt();
     let mut ranks: Vec<u64> = instances
         .iter()
         .filter(|i| !i.pinned)
@@ -873,7 +873,7 @@ fn moving_phase(
     let batch = (u64::from(eligible) * u64::from(inputs.policy.batch_percent.clamp(1, 100)))
         .div_ceil(100)
         .max(1) as u32;
-    let seed = next.seed();
+    let seed = next.salt();
     let already = u32::try_from(
         inputs
             .instances
