@@ -150,14 +150,10 @@ pub struct State {
     /// move first cannot be foreseen from their names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<String>,
-    /// Moved instances that were already Degraded on the stable digest when their step moved
-    /// them: the candidate is held to make no more of them Degraded than that.
-    #[serde(default)]
-    pub degraded_before: u32,
-    /// Moved instances that were not Ready (or not current) on the stable digest when their
-    /// step moved them: a step settles with that many not Ready on the candidate.
-    #[serde(default)]
-    pub unready_before: u32,
+    /// When the rollout was paused (RFC 3339), while it is: the step's clock starts again on
+    /// resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
     /// Whether the step is past its deadline (and was said to be, once).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stalled: bool,
@@ -210,8 +206,7 @@ impl State {
         self.step_started = None;
         self.soak_started = None;
         self.seed = None;
-        self.degraded_before = 0;
-        self.unready_before = 0;
+        self.paused_at = None;
         self.stalled = false;
     }
 
@@ -258,6 +253,9 @@ pub struct Instance {
     pub ready: bool,
     /// Its `Degraded` condition, when True: `reason: message`.
     pub degraded: Option<String>,
+    /// The stable digest, deciding for it now, finds it as unwell (Degraded, or not Ready):
+    /// its trouble is its own (its spec, its workload), not the candidate's.
+    pub excused: bool,
 }
 
 impl Instance {
@@ -593,7 +591,6 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
         )));
         return;
     }
-    let before = next.clone();
     next.phase = Phase::Canary;
     next.step = 0;
     next.target = canary_count(inputs.policy, inputs.instances);
@@ -603,7 +600,7 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
         candidate,
         next.target,
     ));
-    begin_step(&before, next, inputs);
+    begin_step(next, inputs);
     next.message = Some(bounded(format!(
         "shadow plans passed ({} instances, {} with changes); {} canaries on {}",
         summary.planned,
@@ -649,22 +646,8 @@ fn summarize(shadow: &Shadow, candidate: &str) -> ShadowSummary {
     }
 }
 
-/// Starts the step `next` describes (its threshold set) after `before`: its clock, and the
-/// account of the instances it moves that were not well on the stable digest already, which
-/// the analysis does not hold against the candidate.
-fn begin_step(before: &State, next: &mut State, inputs: &Inputs) {
-    for i in inputs.instances.iter().filter(|i| !i.pinned) {
-        let was = serves_candidate(before, &i.key, i.selected, inputs.policy);
-        let is = serves_candidate(next, &i.key, i.selected, inputs.policy);
-        if is && !was {
-            if i.degraded.is_some() {
-                next.degraded_before = next.degraded_before.saturating_add(1);
-            }
-            if !(i.current && i.ready) {
-                next.unready_before = next.unready_before.saturating_add(1);
-            }
-        }
-    }
+/// Starts the step `next` describes (its threshold set): its clock.
+fn begin_step(next: &mut State, inputs: &Inputs) {
     next.step_started = Some(inputs.now.to_string());
     next.soak_started = None;
     next.stalled = false;
@@ -712,17 +695,15 @@ fn moving_phase(
         .filter(|i| !i.pinned && serves_candidate(&next, &i.key, i.selected, inputs.policy))
         .collect();
     let on_candidate = |i: &&&Instance| i.current && i.serving.as_deref() == Some(candidate);
-    // More moved instances Degraded on the candidate than were on the stable digest: rolled
-    // back at once. Counting against the instances' own past, not one instance, keeps one
-    // already broken (or one its author breaks) from failing every rollout by itself.
+    // A moved instance Degraded on the candidate, where the stable digest would not find it
+    // so (an instance broken by its own spec, or by its author once it moved, fails no
+    // rollout): rolled back at once.
     let degraded: Vec<&&Instance> = moved
         .iter()
         .filter(on_candidate)
-        .filter(|i| i.degraded.is_some())
+        .filter(|i| i.degraded.is_some() && !i.excused)
         .collect();
-    if degraded.len() > next.degraded_before as usize
-        && let Some(bad) = degraded.first()
-    {
+    if let Some(bad) = degraded.first() {
         let why = bad.degraded.clone().unwrap_or_default();
         let more = match degraded.len() {
             1 => String::new(),
@@ -751,9 +732,10 @@ fn moving_phase(
         };
     }
     if inputs.policy.paused {
-        // The step's clock starts again on resume: a pause is not time the step took.
-        next.step_started = Some(inputs.now.to_string());
-        next.soak_started = None;
+        // Noted once: the step's clock starts again on resume.
+        if next.paused_at.is_none() {
+            next.paused_at = Some(inputs.now.to_string());
+        }
         next.message = Some(bounded(format!(
             "paused at step {} ({} of {} instances on {})",
             next.step,
@@ -767,11 +749,17 @@ fn moving_phase(
             recheck: None,
         };
     }
+    // Resumed: a pause is not time the step took.
+    if next.paused_at.take().is_some() {
+        next.step_started = Some(inputs.now.to_string());
+        next.soak_started = None;
+        next.stalled = false;
+    }
     let unready: Vec<&&Instance> = moved
         .iter()
-        .filter(|i| !(on_candidate(i) && i.ready))
+        .filter(|i| !(i.excused || on_candidate(i) && i.ready))
         .collect();
-    let settled = unready.len() <= next.unready_before as usize;
+    let settled = unready.is_empty();
     let started = parse(next.step_started.as_deref()).unwrap_or(inputs.now);
     if !settled {
         next.soak_started = None;
@@ -882,7 +870,6 @@ fn moving_phase(
             .count(),
     )
     .unwrap_or(u32::MAX);
-    let before = next.clone();
     next.phase = Phase::Batches;
     next.step += 1;
     next.target = already.saturating_add(batch).min(eligible);
@@ -892,7 +879,7 @@ fn moving_phase(
         candidate,
         next.target,
     ));
-    begin_step(&before, &mut next, inputs);
+    begin_step(&mut next, inputs);
     next.message = Some(bounded(format!(
         "step {}: moving {} more instances to {} ({} of {eligible})",
         next.step,

@@ -312,29 +312,28 @@ fn each_step_soaks_and_a_step_stuck_past_its_deadline_rolls_back() {
 }
 
 #[test]
-fn an_instance_broken_before_it_moved_is_not_held_against_the_candidate() {
+fn an_instance_the_stable_digest_finds_as_unwell_fails_no_rollout() {
     let policy = policy();
     let mut all = instances(20, OLD);
-    for i in all.iter_mut() {
-        i.degraded = Some("Unhealthy: its own config".into());
-        i.ready = false;
-    }
-    let shadowing = shadowing_of(&policy, &all, NEW);
-    let canary = step(
-        &shadowing,
-        &inputs(&policy, Some(NEW), &all, Some(&all_same(NEW, &all)), at(1)),
-    )
-    .state;
-    assert_eq!((canary.degraded_before, canary.unready_before), (2, 2));
-    // The canaries are on the candidate, as broken as before: not the candidate's doing.
+    let canary = canaries_of(&policy, &all, NEW);
+    // The canaries are on the candidate, Degraded and not Ready, as the stable digest would
+    // find them too (their own spec, say): not the candidate's doing.
     for i in all.iter_mut() {
         if serves_candidate(&canary, &i.key, false, &policy) {
             i.serving = Some(NEW.into());
+            i.degraded = Some("Unhealthy: its own config".into());
+            i.ready = false;
+            i.excused = true;
         }
     }
     let held = step(&canary, &inputs(&policy, Some(NEW), &all, None, at(2))).state;
     assert_eq!(held.phase, Phase::Canary);
-    assert!(held.soak_started.is_some(), "settled with its broken ones");
+    assert!(held.soak_started.is_some(), "settled without them");
+    // One the stable digest finds well is the candidate's: rolled back.
+    let blamed = all.iter_mut().find(|i| i.excused).expect("a canary");
+    blamed.excused = false;
+    let rolled = step(&held, &inputs(&policy, Some(NEW), &all, None, at(3))).state;
+    assert_eq!(rolled.phase, Phase::RolledBack);
 }
 
 #[test]
@@ -566,9 +565,12 @@ fn a_pause_holds_before_the_canaries_and_its_time_is_not_the_steps() {
     )
     .state;
     assert_eq!(canary.phase, Phase::Canary);
-    // Paused mid-step past the deadline: resumed, the step has its whole deadline again.
+    // Paused mid-step past the deadline: resumed, the step has its whole deadline again. The
+    // pause is noted once: a paused rollout writes nothing more.
     policy.paused = true;
     let held = step(&canary, &inputs(&policy, Some(NEW), &all, None, at(1000))).state;
+    let later = step(&held, &inputs(&policy, Some(NEW), &all, None, at(1010))).state;
+    assert_eq!(later, held);
     policy.paused = false;
     let resumed = step(&held, &inputs(&policy, Some(NEW), &all, None, at(1001))).state;
     assert!(!resumed.stalled, "{resumed:?}");

@@ -613,18 +613,16 @@ impl Serve {
     /// Writes the binding's status when it changed. A host that cannot count the instances
     /// ([`Self::count`]) writes under a field manager of its own and leaves `instances` to the
     /// hosts that can: under one manager its apply would remove the field theirs set.
-    /// Removes `status.rollout` and `status.rolloutInstances`: an apply of none of them by
-    /// their field manager.
+    /// Removes `status.rollout` and `status.rolloutInstances`, whoever owns them (a merge
+    /// patch: an apply of none of them would leave any another manager co-owns).
     async fn clear_rollout(&self, binding: &PluginBinding) {
         let api: Api<PluginBinding> = Api::all(self.client.clone());
-        let patch = json!({
-            "apiVersion": "wasmop.dev/v1alpha1", "kind": "PluginBinding", "status": {},
-        });
+        let patch = json!({"status": {"rollout": null, "rolloutInstances": null}});
         if let Err(err) = api
             .patch_status(
                 &binding.name_any(),
-                &PatchParams::apply(crate::rollout::driver::FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
             )
             .await
         {

@@ -344,11 +344,11 @@ async fn serve_kind(
                 &binding.plugin,
                 &OciRules::default(),
             ) {
-                shared
-                    .ctx
-                    .plugins
-                    .registry
-                    .hold(&source.location(), Default::default());
+                shared.ctx.plugins.registry.hold(
+                    &binding.name,
+                    &source.location(),
+                    Default::default(),
+                );
             }
         }
     }

@@ -230,8 +230,8 @@ pub struct PluginRegistry {
     recalls: std::sync::Mutex<HashMap<Version, Arc<tokio::sync::Mutex<()>>>>,
     /// Earlier versions [`Self::recall`] could not load, why, and when.
     recall_failed: std::sync::Mutex<HashMap<Version, (Instant, LoadError)>>,
-    /// Digests instances are on, by source location ([`Self::hold`]).
-    held: RwLock<HashMap<SourceRef, BTreeSet<String>>>,
+    /// Digests instances are on, by source location and holder ([`Self::hold`]).
+    held: RwLock<HashMap<(SourceRef, String), BTreeSet<String>>>,
 }
 
 impl PluginRegistry {
@@ -427,22 +427,26 @@ impl PluginRegistry {
     /// Says which digests of the source at `location` ([`SourceRef::location`]) instances are
     /// on: those are never dropped from the versions kept loaded ([`KEPT_VERSIONS`] counts the
     /// others), so that a tag that keeps moving does not unload what a rollout serves.
-    pub fn hold(&self, location: &SourceRef, digests: BTreeSet<String>) {
+    /// Each holder (a binding) says what it holds; a source keeps the union.
+    pub fn hold(&self, holder: &str, location: &SourceRef, digests: BTreeSet<String>) {
         let mut held = self.held.write().unwrap_or_else(|p| p.into_inner());
+        let key = (location.clone(), holder.to_string());
         if digests.is_empty() {
-            held.remove(location);
+            held.remove(&key);
         } else {
-            held.insert(location.clone(), digests);
+            held.insert(key, digests);
         }
     }
 
     fn held(&self, source: &SourceRef) -> BTreeSet<String> {
+        let location = source.location();
         self.held
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&source.location())
-            .cloned()
-            .unwrap_or_default()
+            .iter()
+            .filter(|((l, _), _)| *l == location)
+            .flat_map(|(_, digests)| digests.iter().cloned())
+            .collect()
     }
 
     /// Why loading the version of `source` with `digest` by [`Self::recall`] failed, if it did

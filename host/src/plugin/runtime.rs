@@ -31,6 +31,9 @@ pub struct PluginRuntime {
     pub registry: Arc<PluginRegistry>,
     /// Follows the sources in use.
     pub watcher: Arc<SourceWatcher>,
+    /// Versions [`Self::recall_in_background`] is loading: one task each, however many
+    /// reconciles wait for it.
+    recalling: Arc<std::sync::Mutex<std::collections::HashSet<(SourceRef, String)>>>,
 }
 
 impl PluginRuntime {
@@ -102,7 +105,11 @@ impl PluginRuntime {
             args.poll_interval,
             args.file_root.clone(),
         );
-        Ok(Self { registry, watcher })
+        Ok(Self {
+            registry,
+            watcher,
+            recalling: Arc::default(),
+        })
     }
 
     /// The state of the plugin behind `source`, and a promise to follow it for an App of
@@ -116,6 +123,30 @@ impl PluginRuntime {
 }
 
 impl PluginRuntime {
+    /// Starts [`Self::recall`] of the version of `source` with `digest` in a task of its own,
+    /// unless one is loading it already.
+    pub fn recall_in_background(&self, source: &SourceRef, digest: &str) {
+        let key = (source.clone(), digest.to_string());
+        let fresh = self
+            .recalling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
+        if !fresh {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(err) = this.recall(&key.0, &key.1).await {
+                tracing::warn!(source = %key.0, digest = %key.1, error = %err, "loading an earlier plugin version for a rollout");
+            }
+            this.recalling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+        });
+    }
+
     /// Loads the version of `source` with `digest` beside the one in service, from the on-disk
     /// cache ([`PluginRegistry::recall`]): for an OCI source, only a digest the cache records
     /// this very source (its credentials and the keys that had to sign it) served, so that a

@@ -249,6 +249,9 @@ async fn offer_from_cache(
         return false;
     };
     tracing::info!(source = %source, %digest, "serving the plugin from the on-disk cache");
+    // The version this source last resolved to is one it served (a cache written before the
+    // served records were kept has the one and not the other).
+    cache.remember_ref(&served_key(&key, &digest), &digest);
     offer(registry, source, askers, Fetched { bytes, digest }).await
 }
 

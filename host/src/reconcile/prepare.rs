@@ -220,14 +220,10 @@ fn recall(ctx: &Context, source: &SourceRef, digest: &str) -> PluginState {
             message: err.to_string(),
         };
     }
-    let (runtime, source, digest) = (ctx.plugins.clone(), source.clone(), digest.to_string());
-    let message = format!("loading plugin {source} at {digest} for its rollout");
-    tokio::spawn(async move {
-        if let Err(err) = runtime.recall(&source, &digest).await {
-            tracing::warn!(source = %source, %digest, error = %err, "loading an earlier plugin version for a rollout");
-        }
-    });
-    PluginState::Loading { message }
+    ctx.plugins.recall_in_background(source, digest);
+    PluginState::Loading {
+        message: format!("loading plugin {source} at {digest} for its rollout"),
+    }
 }
 
 /// Which version a progressive binding's rollout picks for the instance `parent`; the version

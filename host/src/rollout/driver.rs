@@ -6,7 +6,11 @@
 //! serves them may have changed. Before it leads it only mirrors the leader's status into
 //! [`Rollouts`], so that the reconciles it takes over pick what the leader picked.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -27,14 +31,14 @@ use wasmop_core::rollout::{self, Action, Instance, Phase, State};
 use super::{ABORT_ANNOTATION, InstanceCounts, PIN_ANNOTATION, Rollouts, Settings, shadow};
 use crate::{
     binding::PluginBinding,
-    parent::{Binding, ParentKind},
+    parent::{Binding, Parent, ParentKind},
     plugin::source::{OciRules, SourceRef},
     reconcile::{Context, prepare::governing},
 };
 
 /// The field manager of the binding's `status.rollout` and `status.rolloutInstances` (the
 /// binding's other status fields are the binding server's).
-pub(crate) const FIELD_MANAGER: &str = "wasmop-rollout";
+const FIELD_MANAGER: &str = "wasmop-rollout";
 
 /// How often the rollout is stepped when nothing asks sooner: a canary that turns Degraded is
 /// rolled back within this of its status saying so.
@@ -92,6 +96,8 @@ pub(crate) async fn drive(driver: Driver) {
     let mut state: Option<State> = None;
     let mut counts: Option<InstanceCounts> = None;
     let mut shadow: Option<rollout::Shadow> = None;
+    // Whether the stable digest finds an instance Degraded too, by instance and version.
+    let mut excused: HashMap<(String, String), bool> = HashMap::new();
     let mut next = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -129,7 +135,18 @@ pub(crate) async fn drive(driver: Driver) {
         let current = state.clone().unwrap_or_default();
         let objects = driver.store.state();
         let offered = offered(&driver.ctx, &sources(&driver.ctx, &binding, &objects));
-        let instances: Vec<Instance> = objects.iter().map(|o| instance(o, &settings)).collect();
+        let mut instances: Vec<Instance> = objects.iter().map(|o| instance(o, &settings)).collect();
+        if let (Some(stable), Some(candidate)) = (&current.stable, &current.candidate) {
+            excuse(
+                &driver,
+                &objects,
+                &mut instances,
+                stable,
+                candidate,
+                &mut excused,
+            )
+            .await;
+        }
         let abort = object
             .annotations()
             .get(ABORT_ANNOTATION)
@@ -253,12 +270,48 @@ pub(crate) async fn drive(driver: Driver) {
                     .filter(|pin| step.state.known.contains(pin))
                     .cloned(),
             );
-            registry.hold(location, held);
+            registry.hold(&name, location, held);
         }
         if let Some(recheck) = step.recheck {
             next = next.min(tokio::time::Instant::now() + recheck);
         }
     }
+}
+
+/// Marks the moved instances that are unwell on the candidate but that the stable digest finds
+/// Degraded too ([`shadow::degraded_on`]): their trouble is not the candidate's. Remembered
+/// per instance version, so each is decided once.
+async fn excuse(
+    driver: &Driver,
+    objects: &[Arc<DynamicObject>],
+    instances: &mut [Instance],
+    stable: &str,
+    candidate: &str,
+    known: &mut HashMap<(String, String), bool>,
+) {
+    let mut seen = BTreeSet::new();
+    for (object, instance) in objects.iter().zip(instances.iter_mut()) {
+        let unwell = instance.degraded.is_some() || !instance.ready;
+        if !(instance.current && instance.serving.as_deref() == Some(candidate) && unwell) {
+            continue;
+        }
+        let key = (
+            instance.key.clone(),
+            object.resource_version().unwrap_or_default(),
+        );
+        seen.insert(key.clone());
+        let excused = match known.get(&key) {
+            Some(excused) => *excused,
+            None => {
+                let parent = Parent::from_instance(object, driver.kind.clone());
+                let excused = shadow::degraded_on(&driver.ctx, &parent, stable).await;
+                known.insert(key, excused);
+                excused
+            }
+        };
+        instance.excused = excused;
+    }
+    known.retain(|key, _| seen.contains(key));
 }
 
 /// Counts a rollout's end in the metrics.
@@ -302,10 +355,20 @@ fn sources(ctx: &Context, binding: &Binding, objects: &[Arc<DynamicObject>]) -> 
 /// The digest the binding's sources offer: what the one that changed last holds (never an App's
 /// entry for the same image, whose credentials are another's).
 fn offered(ctx: &Context, sources: &[SourceRef]) -> Option<String> {
-    sources
+    let states: Vec<_> = sources
         .iter()
         .map(|s| ctx.plugins.registry.get(s))
-        .filter_map(|state| Some((state.since?, state.current?)))
+        .filter(|state| state.current.is_some())
+        .collect();
+    // One whose polls answer says what the registry offers now; one serving from the cache
+    // while its registry is down (its own credentials, say) may hold an older version.
+    let answering: Vec<_> = states.iter().filter(|s| s.poll_failing.is_none()).collect();
+    let pool: Vec<_> = match answering.is_empty() {
+        true => states.iter().collect(),
+        false => answering,
+    };
+    pool.into_iter()
+        .filter_map(|state| Some((state.since?, state.current.clone()?)))
         .max_by_key(|(since, _)| *since)
         .map(|(_, loaded)| loaded.compiled.digest.to_string())
 }

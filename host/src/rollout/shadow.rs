@@ -77,6 +77,19 @@ async fn plan_one(ctx: &Context, parent: &Parent, stable: &str, candidate: &str)
     }
 }
 
+/// Whether the version `digest` (the stable one), deciding for `parent` now, finds it Degraded:
+/// then a moved instance Degraded on the candidate is so by its own doing (its spec, its
+/// workload), not the candidate's. A decision that cannot be made excuses nothing.
+pub(crate) async fn degraded_on(ctx: &Context, parent: &Parent, digest: &str) -> bool {
+    decide_at(ctx, parent, digest).await.is_ok_and(|decision| {
+        decision
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == wasmop_core::conditions::DEGRADED && c.status == "True")
+    })
+}
+
 /// The decision for `parent` by the version `digest` of its binding's plugin, written nowhere.
 async fn decide_at(ctx: &Context, parent: &Parent, digest: &str) -> Result<Decision, String> {
     let started = tokio::time::Instant::now();
