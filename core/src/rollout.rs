@@ -419,6 +419,26 @@ pub struct Step {
     pub recheck: Option<Duration>,
 }
 
+impl Step {
+    /// `state`, and nothing to look at again before a change.
+    fn settled(state: State, actions: Vec<Action>) -> Self {
+        Self {
+            state,
+            actions,
+            recheck: None,
+        }
+    }
+}
+
+/// An Event saying the state's message.
+fn say(actions: &mut Vec<Action>, warning: bool, reason: &'static str, state: &State) {
+    actions.push(Action::Event {
+        warning,
+        reason,
+        note: state.message.clone().unwrap_or_default(),
+    });
+}
+
 /// What a rollout's driver knows when it steps.
 pub struct Inputs<'a> {
     /// The binding's rollout policy.
@@ -486,11 +506,7 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
         }
     }
     let Some(candidate) = next.candidate.clone() else {
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        return Step::settled(next, actions);
     };
     // The source offers the stable digest again (its tag moved back): the rollout is withdrawn,
     // not failed, so the candidate is not marked bad.
@@ -504,16 +520,8 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
                 short(&stable)
             ),
         );
-        actions.push(Action::Event {
-            warning: false,
-            reason: "RolloutWithdrawn",
-            note: next.message.clone().unwrap_or_default(),
-        });
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        say(&mut actions, false, "RolloutWithdrawn", &next);
+        return Step::settled(next, actions);
     }
     if inputs.abort {
         next.end(
@@ -524,16 +532,8 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
                 next.stable.as_deref().map_or("-", short)
             ),
         );
-        actions.push(Action::Event {
-            warning: true,
-            reason: "RolloutAborted",
-            note: next.message.clone().unwrap_or_default(),
-        });
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        say(&mut actions, true, "RolloutAborted", &next);
+        return Step::settled(next, actions);
     }
     match next.phase {
         Phase::Shadow => shadow_phase(&mut next, &mut actions, inputs, &candidate),
@@ -542,11 +542,7 @@ pub fn step(state: &State, inputs: &Inputs) -> Step {
         }
         Phase::Stable | Phase::Stopped | Phase::RolledBack => {}
     }
-    Step {
-        state: next,
-        actions,
-        recheck: None,
-    }
+    Step::settled(next, actions)
 }
 
 fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, candidate: &str) {
@@ -575,11 +571,7 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
                     short(candidate)
                 ),
             );
-            actions.push(Action::Event {
-                warning: true,
-                reason: "RolloutStopped",
-                note: next.message.clone().unwrap_or_default(),
-            });
+            say(actions, true, "RolloutStopped", next);
             return;
         }
     }
@@ -608,11 +600,7 @@ fn shadow_phase(next: &mut State, actions: &mut Vec<Action>, inputs: &Inputs, ca
         next.target,
         short(candidate)
     )));
-    actions.push(Action::Event {
-        warning: false,
-        reason: "RolloutCanary",
-        note: next.message.clone().unwrap_or_default(),
-    });
+    say(actions, false, "RolloutCanary", next);
 }
 
 /// The status's account of the shadow plans.
@@ -720,16 +708,8 @@ fn moving_phase(
                 next.stable.as_deref().map_or("-", short)
             ),
         );
-        actions.push(Action::Event {
-            warning: true,
-            reason: "RolloutRolledBack",
-            note: next.message.clone().unwrap_or_default(),
-        });
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        say(&mut actions, true, "RolloutRolledBack", &next);
+        return Step::settled(next, actions);
     }
     if inputs.policy.paused {
         // Noted once: the step's clock starts again on resume.
@@ -743,11 +723,7 @@ fn moving_phase(
             inputs.instances.len(),
             short(candidate)
         )));
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        return Step::settled(next, actions);
     }
     // Resumed: a pause is not time the step took.
     if next.paused_at.take().is_some() {
@@ -783,11 +759,7 @@ fn moving_phase(
             )));
             if !next.stalled {
                 next.stalled = true;
-                actions.push(Action::Event {
-                    warning: true,
-                    reason: "RolloutStalled",
-                    note: next.message.clone().unwrap_or_default(),
-                });
+                say(&mut actions, true, "RolloutStalled", &next);
             }
             return Step {
                 state: next,
@@ -846,16 +818,8 @@ fn moving_phase(
             short(candidate),
             from.as_deref().map_or("-", short)
         )));
-        actions.push(Action::Event {
-            warning: false,
-            reason: "RolloutComplete",
-            note: next.message.clone().unwrap_or_default(),
-        });
-        return Step {
-            state: next,
-            actions,
-            recheck: None,
-        };
+        say(&mut actions, false, "RolloutComplete", &next);
+        return Step::settled(next, actions);
     }
     // The next batch.
     let batch = (u64::from(eligible) * u64::from(inputs.policy.batch_percent.clamp(1, 100)))
@@ -887,11 +851,7 @@ fn moving_phase(
         short(candidate),
         next.target
     )));
-    actions.push(Action::Event {
-        warning: false,
-        reason: "RolloutStep",
-        note: next.message.clone().unwrap_or_default(),
-    });
+    say(&mut actions, false, "RolloutStep", &next);
     Step {
         state: next,
         actions,
