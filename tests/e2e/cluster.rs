@@ -47,13 +47,23 @@ async fn statefulset_gets_ready_pods_and_bound_claims() -> anyhow::Result<()> {
     .await?;
     assert_eq!(ready, 3);
 
+    // The PV controller binds a claim on its own schedule: under kwok a Pod can be Ready before
+    // its claim is Bound (seen in CI, 2026-12-08: Bound, Bound, Pending right after Ready).
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
-    let phases: Vec<String> = pvcs
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
-        .filter_map(|pvc| pvc.status.and_then(|s| s.phase))
-        .collect();
+    let phases = wait_for(
+        "the 3 claims of StatefulSet web to be Bound",
+        Duration::from_secs(60),
+        || async {
+            let phases: Vec<String> = pvcs
+                .list(&ListParams::default())
+                .await?
+                .into_iter()
+                .filter_map(|pvc| pvc.status.and_then(|s| s.phase))
+                .collect();
+            Ok((phases.len() == 3 && phases.iter().all(|p| p == "Bound")).then_some(phases))
+        },
+    )
+    .await?;
     assert_eq!(
         phases,
         ["Bound", "Bound", "Bound"],
